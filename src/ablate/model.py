@@ -1,0 +1,110 @@
+"""A plain single-device GPT (Radford et al. 2019 layout, pre-LayerNorm, tied embeddings).
+
+Precision, compilation and parallelism are applied from outside (see precision.py, train.py);
+this module only describes the network. Shapes: B batch, T time, C = n_embd, H heads, hd = C/H.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ablate.config import ModelConfig
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.attention = cfg.attention
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        mask = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
+        self.register_buffer("causal_mask", mask.view(1, 1, cfg.block_size, cfg.block_size), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        # (B, T, C) -> (B, H, T, hd)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if self.attention == "sdpa":
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            )
+        else:
+            # softmax(q k^T / sqrt(hd)) v, written out: (B, H, T, T) scores.
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(~self.causal_mask[:, :, :T, :T], float("-inf"))
+            att = F.softmax(att, dim=-1)
+            att = F.dropout(att, self.dropout, self.training)
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False)
+        self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout, self.training)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=False)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=False)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.vocab_size is None:
+            raise ValueError("ModelConfig.vocab_size must be set before building the model")
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=False)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        # Weight tying (Press & Wolf 2017): the output head reuses the token embedding.
+        self.lm_head.weight = self.wte.weight
+        self.apply(self._init_weights)
+        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer) so the residual stream's
+        # variance does not grow with depth.
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=cfg.init_std / math.sqrt(2 * cfg.n_layer))
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=self.cfg.init_std)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        """idx, targets: (B, T) token ids. Returns logits (B, T, V) and mean cross-entropy in nats."""
+        B, T = idx.shape
+        if T > self.cfg.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss

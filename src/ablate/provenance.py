@@ -1,0 +1,77 @@
+"""Where a result came from: the code version and a hash of the config that determines it."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+from ablate.config import RunConfig, as_dict
+
+# Keys that cannot change a run's numbers: where things are written, how progress is shown,
+# how often state is saved, and the switches that only decide whether to run at all.
+HASH_EXCLUDED = {
+    "tracking",
+    "state_dir",
+    "skip_unsupported",
+    "train.progress",
+    "train.checkpoint_interval",
+    "train.flush_interval_s",
+    "train.rerun",
+    "train.retry_failed",
+    "train.compile",
+    "hardware.workers",
+    "hardware.price_per_hour",
+    "hardware.peak_flops",
+    "hardware.memory_gb",
+    "hardware.memory_bandwidth_gbs",
+    "hardware.name",
+    "hardware.device",
+}
+
+
+def config_hash(cfg: RunConfig, hardware=None) -> str:
+    """sha256 of the canonical JSON of the result-determining config; 16 hex characters.
+
+    The resolved device (not the hardware preset's name) is part of the key: `auto` on a GPU
+    machine and `cpu` are different runs.
+    """
+    flat = {k: v for k, v in flatten(as_dict(cfg)).items() if not _excluded(k)}
+    if hardware is not None:
+        flat["hardware.resolved_device"] = hardware.device
+    blob = json.dumps(flat, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _excluded(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in HASH_EXCLUDED)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+@functools.cache
+def code_version() -> dict:
+    """Git commit and dirty flag of the source tree this package runs from."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = _git(root, "rev-parse", "HEAD")
+        dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError):
+        return {"git.commit": "unknown", "git.dirty": "unknown"}
+    return {"git.commit": commit, "git.dirty": str(dirty).lower()}
+
+
+def _git(root: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True, timeout=10)
+    return out.stdout.strip()

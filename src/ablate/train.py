@@ -1,0 +1,340 @@
+"""One training run: resolve hardware and data, build the model, apply precision, train, record.
+
+The run is keyed by a hash of its resolved config: launching it again skips it when it has
+finished, and otherwise resumes from its latest checkpoint into the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from ablate import accounting, checkpoint
+from ablate.config import ConfigError, RunConfig, UnsupportedError, as_dict
+from ablate.data import TokenData, check_fits, get_batch, load_data
+from ablate.hardware import Hardware, resolve, unsupported_reason
+from ablate.model import GPT
+from ablate.optim import build_optimizer, lr_at
+from ablate.precision import apply_precision
+from ablate.progress import RunProgress
+from ablate.provenance import code_version, config_hash, flatten
+from ablate.result import RunResult, write_result
+from ablate.tracking import CONFIG_HASH_TAG, SWEEP_TAG, Tracker, make_tracker
+
+
+class Diverged(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class Prepared:
+    """Everything decided before the first step; cheap enough to build for every run of a sweep."""
+
+    cfg: RunConfig
+    hardware: Hardware
+    data: TokenData
+    total_steps: int
+    config_hash: str
+
+
+def prepare(cfg: RunConfig) -> Prepared:
+    """Validate against this machine and the data; raises ConfigError with one line."""
+    hw = resolve(cfg.hardware)
+    reason = unsupported_reason(hw, cfg.precision)
+    if reason:
+        raise UnsupportedError(reason)
+    data = load_data(cfg.data)
+    model_cfg = cfg.model
+    if model_cfg.vocab_size is None:
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=data.vocab_size)
+    elif model_cfg.vocab_size < data.vocab_size:
+        raise ConfigError(
+            f"model.vocab_size={model_cfg.vocab_size} is smaller than the data's vocabulary "
+            f"({data.vocab_size}) (valid: >= {data.vocab_size}, or null to take it from the data)"
+        )
+    check_fits(data, model_cfg.block_size)
+    cfg = dataclasses.replace(cfg, model=model_cfg)
+    return Prepared(cfg, hw, data, total_steps(cfg), config_hash(cfg, hw))
+
+
+def total_steps(cfg: RunConfig) -> int:
+    tokens_per_step = cfg.train.batch_size * cfg.model.block_size
+    if cfg.train.steps is not None:
+        return cfg.train.steps
+    if cfg.train.tokens is not None:
+        return max(1, math.ceil(cfg.train.tokens / tokens_per_step))
+    return max(1, math.ceil(cfg.train.flops / (accounting.flops_per_token(cfg.model) * tokens_per_step)))
+
+
+def run(
+    cfg: RunConfig,
+    out_dir: Path,
+    sweep_id: str | None = None,
+    experiment_id: str | None = None,
+    prepared: Prepared | None = None,
+    parent_run_id: str | None = None,
+) -> RunResult:
+    p = prepared or prepare(cfg)
+    cfg = p.cfg
+    tracker = make_tracker(cfg.tracking, experiment_id)
+    existing = tracker.find(p.config_hash)
+    skip = _skip_reason(existing, cfg)
+    if skip:
+        result = RunResult.skipped(p, existing.run_id, skip)
+        write_result(result, out_dir)
+        return result
+    state_dir = Path(cfg.state_dir) / p.config_hash
+    state = checkpoint.load(state_dir)
+    resume_id = existing.run_id if existing and existing.status in ("RUNNING", "KILLED") else None
+    if existing and existing.status == "FAILED" or (existing and existing.status == "FINISHED"):
+        state = None  # an explicit retry or rerun starts from scratch in a new MLflow run
+    if state is not None and resume_id is None:
+        resume_id = state.get("mlflow_run_id")
+    tracker.start(
+        run_name=cfg.tracking.run_name or f"{cfg.model.name}-{cfg.precision.name}-{p.config_hash[:6]}",
+        params=_params(p),
+        tags={
+            CONFIG_HASH_TAG: p.config_hash,
+            SWEEP_TAG: sweep_id or "",
+            **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {}),
+            **code_version(),
+        },
+        resume_run_id=resume_id,
+    )
+    trainer = Trainer(p, tracker, state_dir, out_dir)
+    try:
+        result = trainer.train(state)
+    except BaseException as exc:
+        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        reason = f"{type(exc).__name__}: {exc}"
+        tracker.pending.extend(trainer.pending_on_error())
+        tracker.finish(status, reason)
+        write_result(trainer.result(status.lower(), reason), out_dir)
+        raise
+    tracker.finish("FINISHED" if result.status == "finished" else "FAILED", result.reason)
+    return result
+
+
+def _skip_reason(existing, cfg: RunConfig) -> str:
+    if existing is None:
+        return ""
+    if existing.status == "FINISHED" and not cfg.train.rerun:
+        return "already finished (train.rerun=true runs it again)"
+    if existing.status == "FAILED" and not cfg.train.retry_failed:
+        return f"failed before: {existing.reason or 'no reason recorded'} (train.retry_failed=true retries it)"
+    return ""
+
+
+def _params(p: Prepared) -> dict:
+    flat = flatten(as_dict(p.cfg))
+    flat.update(
+        {
+            "derived.params": accounting.params(p.cfg.model),
+            "derived.params_non_embedding": accounting.params_non_embedding(p.cfg.model),
+            "derived.flops_per_token": accounting.flops_per_token(p.cfg.model),
+            "derived.total_steps": p.total_steps,
+            "derived.entropy_floor": p.data.entropy_floor,
+            "derived.device": p.hardware.device,
+        }
+    )
+    return flat
+
+
+class Trainer:
+    def __init__(self, p: Prepared, tracker: Tracker, state_dir: Path, out_dir: Path):
+        self.p, self.cfg, self.tracker = p, p.cfg, tracker
+        self.state_dir, self.out_dir = state_dir, out_dir
+        self.device = p.hardware.device
+        self.tokens_per_step = self.cfg.train.batch_size * self.cfg.model.block_size
+        self.flops_per_token = accounting.flops_per_token(self.cfg.model)
+        self.peak = p.hardware.peak_for(self.cfg.precision)
+        self.step = 0
+        self.train_time = 0.0
+        self.wall_start = time.perf_counter()
+        self.last_train_loss = float("nan")
+        self.last_val_loss = float("nan")
+        self.tokens_per_s = 0.0
+
+    # -- set-up -------------------------------------------------------------------------
+    def _build(self, state: dict | None) -> None:
+        torch.manual_seed(self.cfg.train.seed)
+        model = GPT(self.cfg.model)
+        self.runtime = apply_precision(model, self.cfg.precision, self.device)
+        model.to(self.device)
+        self.model = model
+        self.optimizer = build_optimizer(model, self.cfg.optim)
+        if state is not None:
+            model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.runtime.scaler is not None and state.get("scaler"):
+                self.runtime.scaler.load_state_dict(state["scaler"])
+            torch.set_rng_state(state["rng"])
+            self.step = int(state["step"])
+            self.train_time = float(state["train_time"])
+            self.last_val_loss = float(state.get("last_val_loss", float("nan")))
+            self.tracker.pending = [tuple(m) for m in state["pending"]] + self.tracker.pending
+        self.forward = torch.compile(model) if self.cfg.train.compile else model
+
+    # -- loop ---------------------------------------------------------------------------
+    def train(self, state: dict | None) -> RunResult:
+        self._build(state)
+        cfg, total = self.cfg.train, self.p.total_steps
+        progress = RunProgress(total, self.step, enabled=cfg.progress, label=self.tracker_label())
+        last_flush = time.perf_counter()
+        loss_sum, loss_n = torch.zeros((), device=self.device), 0
+        interval_start, interval_time = time.perf_counter(), self.train_time
+        try:
+            while self.step < total:
+                t0 = time.perf_counter()
+                loss = self._train_step()
+                self.train_time += time.perf_counter() - t0
+                self.step += 1
+                loss_sum += loss
+                loss_n += 1
+                is_eval = self.step % cfg.eval_interval == 0 or self.step == total
+                if self.step % cfg.log_interval == 0 or is_eval:
+                    self.last_train_loss = (loss_sum / loss_n).item()
+                    loss_sum.zero_()
+                    loss_n = 0
+                    if not math.isfinite(self.last_train_loss):
+                        raise Diverged(f"loss became {self.last_train_loss} at step {self.step}")
+                    steps_done = self.train_time - interval_time
+                    interval_time = self.train_time
+                    self._record(is_eval, steps_done)
+                    progress.update(self.step, self.last_train_loss, self.tokens_per_s)
+                if self.step % cfg.checkpoint_interval == 0 and self.step < total:
+                    self._checkpoint()
+                if time.perf_counter() - last_flush > cfg.flush_interval_s:
+                    self.tracker.flush()
+                    last_flush = time.perf_counter()
+        except Diverged as exc:
+            progress.close()
+            return self._finish("failed", str(exc))
+        finally:
+            progress.close()
+        self._checkpoint()
+        return self._finish("finished", "")
+
+    def _train_step(self) -> torch.Tensor:
+        c = self.cfg
+        x, y = get_batch(self.p.data.train, c.train.batch_size, c.model.block_size, c.train.seed, self.step, "train")
+        x, y = x.to(self.device), y.to(self.device)
+        lr = lr_at(self.step, self.p.total_steps, c.optim)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.lr = lr
+        with self.runtime.autocast():
+            _, loss = self.forward(x, y)
+        scaler = self.runtime.scaler
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(self.optimizer)
+        else:
+            loss.backward()
+        if c.optim.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.optim.grad_clip)
+        if scaler is not None:
+            scaler.step(self.optimizer)
+            scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        c = self.cfg
+        self.model.eval()
+        losses = []
+        for i in range(c.train.eval_batches):
+            x, y = get_batch(self.p.data.val, c.train.batch_size, c.model.block_size, c.train.seed, i, "val")
+            with self.runtime.autocast():
+                _, loss = self.forward(x.to(self.device), y.to(self.device))
+            losses.append(loss.item())
+        self.model.train()
+        return sum(losses) / len(losses)
+
+    def _record(self, is_eval: bool, interval_time: float) -> None:
+        steps = self.cfg.train.log_interval if not is_eval else None
+        if interval_time > 0:
+            n = steps or (self.step % self.cfg.train.log_interval or self.cfg.train.log_interval)
+            self.tokens_per_s = n * self.tokens_per_step / interval_time
+        metrics = {
+            "train/loss": self.last_train_loss,
+            "lr": self.lr,
+            "tokens": self.tokens,
+            "flops": self.flops,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": accounting.mfu(self.tokens_per_s, self.cfg.model, self.peak),
+        }
+        if is_eval:
+            self.last_val_loss = self.evaluate()
+            metrics["val/loss"] = self.last_val_loss
+        self.tracker.record(self.step, metrics)
+
+    def _checkpoint(self) -> None:
+        checkpoint.save(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": self.runtime.scaler.state_dict() if self.runtime.scaler else {},
+                "rng": torch.get_rng_state(),
+                "step": self.step,
+                "train_time": self.train_time,
+                "last_val_loss": self.last_val_loss,
+                "pending": [list(m) for m in self.tracker.pending],
+                "mlflow_run_id": self.tracker.run_id or "",
+                "config_hash": self.p.config_hash,
+            },
+            self.state_dir,
+        )
+
+    # -- results ------------------------------------------------------------------------
+    @property
+    def tokens(self) -> int:
+        return self.step * self.tokens_per_step
+
+    @property
+    def flops(self) -> float:
+        return float(self.tokens) * self.flops_per_token
+
+    def tracker_label(self) -> str:
+        return f"{self.cfg.model.name}/{self.cfg.precision.name}"
+
+    def pending_on_error(self) -> list:
+        return []
+
+    def result(self, status: str, reason: str) -> RunResult:
+        return RunResult.from_trainer(self, status, reason)
+
+    def _finish(self, status: str, reason: str) -> RunResult:
+        result = self.result(status, reason)
+        path = write_result(result, self.out_dir)
+        self.tracker.record(
+            self.step,
+            {
+                "final/val_loss": result.final_val_loss,
+                "final/train_loss": result.final_train_loss,
+                "final/tokens_per_s": result.tokens_per_s,
+                "final/mfu": result.mfu,
+                "final/wall_s": result.wall_s,
+            },
+        )
+        self.tracker.flush()
+        self.tracker.log_artifacts([path, *self._config_files()])
+        return result
+
+    def _config_files(self) -> list[Path]:
+        resolved = self.out_dir / ".hydra" / "config.yaml"
+        return [resolved] if resolved.is_file() else []
+
+
+def set_threads(n: int | None) -> None:
+    if n:
+        torch.set_num_threads(n)
+        os.environ["OMP_NUM_THREADS"] = str(n)
