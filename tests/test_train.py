@@ -126,3 +126,20 @@ def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path):
     for key in hist_r:
         for (s1, v1), (s2, v2) in zip(hist_k[key], hist_r[key]):
             assert s1 == s2 and math.isclose(v1, v2, rel_tol=1e-5, abs_tol=1e-6), (key, s1, v1, v2)
+
+
+def test_an_eval_hook_can_stop_a_run_as_pruned(tmp_path):
+    seen = []
+
+    def prune_at_second_eval(step, val_loss, flops):
+        seen.append((step, val_loss, flops))
+        if len(seen) == 2:
+            raise train.StopRun("pruned", f"val loss {val_loss:.3f} at step {step}")
+
+    cfg = run_config(tmp_path, tracking="mlflow", **{"train.steps": 40})
+    result = train.run(cfg, tmp_path / "out", on_eval=prune_at_second_eval)
+    assert [s for s, _, _ in seen] == [10, 20]
+    assert result.status == "pruned" and result.steps == 20
+    run = MlflowClient(cfg.tracking.uri).get_run(result.mlflow_run_id)
+    assert run.info.status == "KILLED" and run.data.tags[REASON_TAG].startswith("pruned: val loss")
+    assert train.run(cfg, tmp_path / "again").status == "skipped"  # a pruned config is not resumed

@@ -11,6 +11,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -29,6 +30,18 @@ from ablate.tracking import CONFIG_HASH_TAG, SWEEP_TAG, Tracker, make_tracker
 
 class Diverged(RuntimeError):
     pass
+
+
+class StopRun(Exception):
+    """Raised by an `on_eval` hook to end a run early on purpose (e.g. an Optuna pruner)."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+# How a RunResult status shows in MLflow; a pruned run is KILLED with reason "pruned: ...".
+MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
 
 
 @dataclasses.dataclass
@@ -78,7 +91,10 @@ def run(
     experiment_id: str | None = None,
     prepared: Prepared | None = None,
     parent_run_id: str | None = None,
+    on_eval: Callable[[int, float, float], None] | None = None,
 ) -> RunResult:
+    """Train one run (or skip/resume it, see module doc). `on_eval(step, val_loss, flops)` is
+    called after every evaluation and may raise StopRun."""
     p = prepared or prepare(cfg)
     cfg = p.cfg
     tracker = make_tracker(cfg.tracking, experiment_id)
@@ -106,7 +122,7 @@ def run(
         },
         resume_run_id=resume_id,
     )
-    trainer = Trainer(p, tracker, state_dir, out_dir)
+    trainer = Trainer(p, tracker, state_dir, out_dir, on_eval)
     try:
         result = trainer.train(state)
     except BaseException as exc:
@@ -116,7 +132,8 @@ def run(
         tracker.finish(status, reason)
         write_result(trainer.result(status.lower(), reason), out_dir)
         raise
-    tracker.finish("FINISHED" if result.status == "finished" else "FAILED", result.reason)
+    reason = f"pruned: {result.reason}" if result.status == "pruned" else result.reason
+    tracker.finish(MLFLOW_STATUS[result.status], reason)
     return result
 
 
@@ -127,6 +144,8 @@ def _skip_reason(existing, cfg: RunConfig) -> str:
         return "already finished (train.rerun=true runs it again)"
     if existing.status == "FAILED" and not cfg.train.retry_failed:
         return f"failed before: {existing.reason or 'no reason recorded'} (train.retry_failed=true retries it)"
+    if existing.status == "KILLED" and existing.reason.startswith("pruned") and not cfg.train.rerun:
+        return f"{existing.reason} (train.rerun=true runs it again)"
     return ""
 
 
@@ -146,8 +165,9 @@ def _params(p: Prepared) -> dict:
 
 
 class Trainer:
-    def __init__(self, p: Prepared, tracker: Tracker, state_dir: Path, out_dir: Path):
+    def __init__(self, p: Prepared, tracker: Tracker, state_dir: Path, out_dir: Path, on_eval=None):
         self.p, self.cfg, self.tracker = p, p.cfg, tracker
+        self.on_eval = on_eval
         self.state_dir, self.out_dir = state_dir, out_dir
         self.device = p.hardware.device
         self.tokens_per_step = self.cfg.train.batch_size * self.cfg.model.block_size
@@ -215,6 +235,9 @@ class Trainer:
         except Diverged as exc:
             progress.close()
             return self._finish("failed", str(exc))
+        except StopRun as exc:
+            progress.close()
+            return self._finish(exc.status, exc.reason)
         finally:
             progress.close()
         self._checkpoint()
@@ -276,6 +299,8 @@ class Trainer:
             self.last_val_loss = self.evaluate()
             metrics["val/loss"] = self.last_val_loss
         self.tracker.record(self.step, metrics)
+        if is_eval and self.on_eval is not None:
+            self.on_eval(self.step, self.last_val_loss, self.flops)
 
     def _checkpoint(self) -> None:
         checkpoint.save(
