@@ -22,14 +22,15 @@ demo: install
 
 # Starts the services the tests use (a local SLURM cluster), then runs every test.
 test: install
+	bash scripts/install_test_deps.sh
 	bash scripts/slurm_cluster.sh start
-	$(PY) -m pytest $(PYTEST_ARGS)
+	ABLATE_WRITE_RELIABILITY=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install
 	$(PY) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
 
 ui: install
-	$(VENV)/bin/mlflow server --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 --port 5000
+	$(PY) -m ablate.ui --store $(CURDIR)/mlflow.db
 
 bench: install
 	$(PY) benchmarks/bench_train.py

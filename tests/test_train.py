@@ -51,7 +51,7 @@ def test_metrics_are_sent_in_batches_not_per_step(tmp_path, monkeypatch):
         return real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
 
     monkeypatch.setattr(MlflowClient, "log_batch", counting)
-    cfg = run_config(tmp_path, tracking="mlflow", **{"train.steps": 60, "train.log_interval": 1})
+    cfg = run_config(tmp_path, tracking="mlflow", **{"train.steps": 60, "train.log_interval": 1, "train.flush_interval_s": 1e6})
     train.run(cfg, tmp_path / "out")
     assert sum(calls) >= 60 * 6  # six metrics per step were all delivered ...
     assert len(calls) <= 3  # ... in a few batched calls, not one call per step

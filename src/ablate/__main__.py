@@ -32,9 +32,12 @@ def task(cfg) -> dict:
     except ConfigError as exc:
         fail(str(exc))
     train.set_threads(context.threads)
+    from ablate.search import trial_hook
+
+    on_eval = trial_hook(hc)  # a trial of an Optuna study (hydra/sweeper=optuna) reports and may be pruned
     try:
         result = train.run(run_cfg, out_dir, sweep_id=context.sweep_id, experiment_id=context.experiment_id,
-                           prepared=prepared, parent_run_id=context.parent_run_id)
+                           prepared=prepared, parent_run_id=context.parent_run_id, on_eval=on_eval)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # the run is FAILED in MLflow and result.json; a sweep goes on

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
 import torch
+
+from ablate.faults import failpoint
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -19,9 +22,14 @@ def save(state: dict, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / CHECKPOINT
     tmp = directory / f".{CHECKPOINT}.{os.getpid()}.tmp"
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getbuffer()
     try:
         with open(tmp, "wb") as f:
-            torch.save(state, f)
+            f.write(data[: len(data) // 2])
+            failpoint("checkpoint.write")  # a kill here leaves a torn temporary file
+            f.write(data[len(data) // 2 :])
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)

@@ -69,6 +69,11 @@ def _compose(config_name: str, overrides: list[str]):
 
 
 def _values(override) -> list[str]:
+    from hydra.core.override_parser.types import ValueType
+
+    if override.value_type == ValueType.INTERVAL_SWEEP:  # a continuous range: check its two ends
+        v = override.value()
+        return [str(v.start), str(v.end)]
     return list(override.sweep_string_iterator())
 
 

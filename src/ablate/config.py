@@ -41,6 +41,12 @@ class ModelConfig:
     init_std: float = 0.02
     # Planning presets (e.g. 1.5B) describe runs to price, not to train on a laptop.
     planning_only: bool = False
+    # Maximal update parametrization (Yang et al. 2022, Tensor Programs V): hyperparameters tuned
+    # at width mup_base_width carry over to this width. At n_embd == mup_base_width muP and the
+    # standard parametrization are the same network; null means this width is the base.
+    # mup_base_width is ignored while mup is false, so one preset can serve both in a sweep.
+    mup: bool = False
+    mup_base_width: Optional[int] = None
 
     def validate(self) -> None:
         for key in ("n_layer", "n_head", "n_embd", "block_size"):
@@ -56,6 +62,8 @@ class ModelConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} is invalid (valid: 0 <= dropout < 1)")
         _positive("model.init_std", self.init_std)
+        if self.mup_base_width is not None:
+            _positive("model.mup_base_width", self.mup_base_width)
 
 
 @dataclass
@@ -223,6 +231,11 @@ class TrainConfig:
     # `rerun`; FAILED ones are retried only with `retry_failed`.
     rerun: bool = False
     retry_failed: bool = False
+    # [profile] torch.profiler (profiling.py): step profile_start is counted op by op (FLOPs, bytes),
+    # the next profile_steps steps are traced; files go to the run dir and the run's MLflow artifacts.
+    profile: bool = False
+    profile_start: int = 10
+    profile_steps: int = 3
 
     def validate(self) -> None:
         budgets = {k: getattr(self, k) for k in ("steps", "tokens", "flops") if getattr(self, k) is not None}
@@ -237,6 +250,12 @@ class TrainConfig:
         for key in ("batch_size", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
             _positive(f"train.{key}", getattr(self, key))
         _positive("train.flush_interval_s", self.flush_interval_s)
+        if self.profile_start < 0:  # [profile]
+            raise ConfigError(f"train.profile_start={self.profile_start} is negative (valid: >= 0, a step index)")
+        _positive("train.profile_steps", self.profile_steps)
+        if self.profile and self.compile:
+            raise ConfigError("train.profile=true with train.compile=true: the operator table counts eager aten "
+                              "ops (valid: train.compile=false while profiling)")
 
 
 @dataclass

@@ -97,34 +97,56 @@ def unsupported_reason(hw: Hardware, precision: PrecisionConfig) -> str | None:
     return None
 
 
-def measured_cpu_peak_flops(cache: Path | None = None) -> float:
-    """fp32 matmul FLOP/s of this CPU, measured once and cached per machine.
+MATMUL_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-    A square 1024 matmul is 2 n^3 FLOPs; the best of a few repetitions approximates the
-    attainable peak with the current torch thread count.
+
+def measured_cpu_peak_flops(cache: Path | None = None, dtype: str = "fp32") -> float:
+    """Matmul FLOP/s of this CPU in `dtype` (fp32, bf16, fp16), measured once and cached per machine.
+
+    A square n x n matmul is 2 n^3 FLOPs; the best of a few repetitions approximates the
+    attainable peak with the current torch thread count. n = 1024 in fp32, 512 in bf16/fp16,
+    which CPUs without native reduced-precision arithmetic run 20-40x slower.
     """
-    cache = cache or Path(os.environ.get("ABLATE_CACHE", Path.home() / ".cache" / "ablate")) / "cpu_peak.json"
+    cache = cache or cache_dir() / "cpu_peak.json"
+    n = 1024 if dtype == "fp32" else 512
+    return cached_measurement(cache, dtype, lambda: _matmul_flops(n, MATMUL_DTYPES[dtype]))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ABLATE_CACHE", Path.home() / ".cache" / "ablate"))
+
+
+def cached_measurement(cache: Path, name: str, measure) -> float:
+    """[profile] Shared with roofline.py's copy-bandwidth benchmark.
+
+    `measure()` once per machine and thread count, kept in the JSON file `cache` under `name`
+    (one file holds several figures; another machine's file is replaced)."""
     key = f"{platform.node()}|{platform.processor()}|{os.cpu_count()}|{torch.get_num_threads()}"
     try:
         saved = json.loads(cache.read_text())
-        if saved.get("key") == key:
-            return float(saved["fp32"])
-    except (OSError, ValueError, KeyError):
-        pass
-    n = 1024
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    flops = 2 * n**3 / best
+    except (OSError, ValueError):
+        saved = {}
+    if not isinstance(saved, dict) or saved.get("key") != key:
+        saved = {"key": key}
+    if isinstance(saved.get(name), (int, float)):
+        return float(saved[name])
+    saved[name] = value = float(measure())
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "fp32": flops}))
+        tmp.write_text(json.dumps(saved))
         os.replace(tmp, cache)
     except OSError:
         pass
-    return flops
+    return value
+
+
+def _matmul_flops(n: int, dtype: torch.dtype) -> float:
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(5 if dtype == torch.float32 else 3):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best

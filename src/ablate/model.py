@@ -2,6 +2,14 @@
 
 Precision, compilation and parallelism are applied from outside (see precision.py, train.py);
 this module only describes the network. Shapes: B batch, T time, C = n_embd, H heads, hd = C/H.
+
+With `mup` the network follows the maximal update parametrization for Adam (Yang et al. 2022,
+Tensor Programs V, Table 3 with the output multiplier of its Appendix B), relative to a base
+width C0 = mup_base_width and the width multiplier m = C / C0:
+- hidden matrices (qkv, attention and MLP projections): init std / sqrt(m), Adam LR / m (optim.py);
+- input and tied output embeddings, LayerNorm gains: init and LR independent of width;
+- readout: logits = W_e h / m (the tied embedding as output layer, its input scaled by 1/m);
+- attention logits q.k / hd instead of q.k / sqrt(hd), times sqrt(hd0) so that m = 1 is SP.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        # None: PyTorch's default 1/sqrt(hd).
+        self.scale = attention_scale(cfg) if cfg.mup else None
         mask = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
         self.register_buffer("causal_mask", mask.view(1, 1, cfg.block_size, cfg.block_size), persistent=False)
 
@@ -33,11 +43,12 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         if self.attention == "sdpa":
             y = F.scaled_dot_product_attention(
-                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0, scale=self.scale
             )
         else:
             # softmax(q k^T / sqrt(hd)) v, written out: (B, H, T, T) scores.
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            scale = self.scale if self.scale is not None else 1.0 / math.sqrt(k.size(-1))
+            att = (q @ k.transpose(-2, -1)) * scale
             att = att.masked_fill(~self.causal_mask[:, :, :T, :T], float("-inf"))
             att = F.softmax(att, dim=-1)
             att = F.dropout(att, self.dropout, self.training)
@@ -76,6 +87,7 @@ class GPT(nn.Module):
         if cfg.vocab_size is None:
             raise ValueError("ModelConfig.vocab_size must be set before building the model")
         self.cfg = cfg
+        self.width_mult = width_mult(cfg)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
@@ -88,11 +100,23 @@ class GPT(nn.Module):
         # variance does not grow with depth.
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=cfg.init_std / math.sqrt(2 * cfg.n_layer))
+                nn.init.normal_(p, mean=0.0, std=self._hidden_std() / math.sqrt(2 * cfg.n_layer))
 
     def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
+        # The output head is the token embedding (tied): initialised as an embedding.
+        if isinstance(module, nn.Embedding) or module is self.lm_head:
             nn.init.normal_(module.weight, mean=0.0, std=self.cfg.init_std)
+        elif isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=self._hidden_std())
+
+    def _hidden_std(self) -> float:
+        """muP: hidden weights keep variance ~ 1/fan_in, i.e. std / sqrt(m) (1 under SP)."""
+        return self.cfg.init_std / math.sqrt(self.width_mult)
+
+    def hidden_matrices(self) -> list[nn.Parameter]:
+        """The matrices whose fan-in and fan-out both grow with width (muP's "hidden weights"):
+        every 2-D parameter of the blocks, whatever module holds it (precision.py swaps in Fp8Linear)."""
+        return [p for p in self.blocks.parameters() if p.dim() == 2]
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """idx, targets: (B, T) token ids. Returns logits (B, T, V) and mean cross-entropy in nats."""
@@ -103,8 +127,29 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(pos)
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))
+        h = self.ln_f(x)
+        if self.cfg.mup:
+            h = h / self.width_mult  # muP readout multiplier 1/m: logits stay O(1) as width grows
+        logits = self.lm_head(h)
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+
+def width_mult(cfg: ModelConfig) -> float:
+    """muP's m = n_embd / mup_base_width; 1.0 under SP or when no base width is given."""
+    if not cfg.mup or cfg.mup_base_width is None:
+        return 1.0
+    return cfg.n_embd / cfg.mup_base_width
+
+
+def attention_scale(cfg: ModelConfig) -> float:
+    """muP attention: sqrt(hd0) / hd with hd0 = mup_base_width / n_head (equals 1/sqrt(hd) at m = 1).
+
+    Under muP q and k become correlated during training, so q.k grows like hd, not sqrt(hd)
+    (Yang et al. 2022, Sec. 4 / Appendix B "attention logit scaling").
+    """
+    hd = cfg.n_embd // cfg.n_head
+    base_hd = (cfg.mup_base_width or cfg.n_embd) / cfg.n_head
+    return math.sqrt(base_hd) / hd

@@ -15,6 +15,11 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
 
     Weights stored in bf16 get an AdamW whose moments are fp32 (bf16_pure: 12 bytes/param),
     because torch.optim.AdamW keeps its moments in the parameter's dtype.
+
+    A muP model (model.py) puts its hidden matrices in their own group with `lr_scale` 1/m
+    (Yang et al. 2022, Table 3: Adam LR ~ 1/fan_in for hidden weights) and weight decay times m,
+    so that the decoupled decay per step, lr * weight_decay, does not change with width (the
+    convention of the `mup` package's MuAdamW).
     """
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
@@ -24,9 +29,41 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
         {"params": no_decay, "weight_decay": 0.0},
     ]
     kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    mup = getattr(getattr(model, "cfg", None), "mup", False)
+    if mup:
+        groups = _mup_groups(model, groups, cfg)
     if any(p.dtype != torch.float32 for p in params):
         return Fp32StateAdamW(groups, **kwargs)
-    return torch.optim.AdamW(groups, **kwargs)
+    return ScaledLRAdamW(groups, **kwargs) if mup else torch.optim.AdamW(groups, **kwargs)
+
+
+def _mup_groups(model: nn.Module, groups: list[dict], cfg: OptimConfig) -> list[dict]:
+    m = model.width_mult
+    hidden = {id(p) for p in model.hidden_matrices()}
+    decay, no_decay = groups
+    return [
+        {"params": [p for p in decay["params"] if id(p) in hidden], "weight_decay": cfg.weight_decay * m, "lr_scale": 1.0 / m},
+        {"params": [p for p in decay["params"] if id(p) not in hidden], "weight_decay": cfg.weight_decay},
+        no_decay,
+    ]
+
+
+class ScaledLRAdamW(torch.optim.AdamW):
+    """AdamW whose param groups may carry an `lr_scale`: a step uses lr * lr_scale.
+
+    The schedule (train.py) writes one base lr into every group before each step; the scale
+    is applied here, for the duration of the step only, so the schedule stays per-run.
+    """
+
+    def step(self, closure=None):
+        base = [group["lr"] for group in self.param_groups]
+        for group in self.param_groups:
+            group["lr"] = group["lr"] * group.get("lr_scale", 1.0)
+        try:
+            return super().step(closure)
+        finally:
+            for group, lr in zip(self.param_groups, base):
+                group["lr"] = lr
 
 
 def lr_at(step: int, total_steps: int, cfg: OptimConfig) -> float:
@@ -70,8 +107,9 @@ class Fp32StateAdamW(torch.optim.Optimizer):
                 m_hat = m / (1 - beta1**t)
                 v_hat = v / (1 - beta2**t)
                 w = p.float()
-                w.mul_(1 - group["lr"] * group["weight_decay"])
-                w.addcdiv_(m_hat, v_hat.sqrt_().add_(group["eps"]), value=-group["lr"])
+                lr = group["lr"] * group.get("lr_scale", 1.0)
+                w.mul_(1 - lr * group["weight_decay"])
+                w.addcdiv_(m_hat, v_hat.sqrt_().add_(group["eps"]), value=-lr)
                 p.copy_(stochastic_round(w, p.dtype))
         return None
 

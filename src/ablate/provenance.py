@@ -39,6 +39,9 @@ def config_hash(cfg: RunConfig, hardware=None) -> str:
     machine and `cpu` are different runs.
     """
     flat = {k: v for k, v in flatten(as_dict(cfg)).items() if not _excluded(k)}
+    if not flat.get("model.mup"):  # options that change nothing when off keep older hashes valid
+        flat.pop("model.mup", None)
+        flat.pop("model.mup_base_width", None)
     if hardware is not None:
         flat["hardware.resolved_device"] = hardware.device
     blob = json.dumps(flat, sort_keys=True, default=str)

@@ -1,24 +1,41 @@
 """A sweep is many runs plus one summary.
 
-`SweepCallback` (a Hydra callback, in the launching process) creates the MLflow store, the
-experiment and a parent run *before* any job starts, and writes them to SWEEP_DIR/sweep.json,
-which every job reads (whatever process or node it runs in). At the end it gathers each job's
-result.json into a table and a loss-against-FLOPs plot, printed and logged to the parent run.
+`SweepCallback` (a Hydra callback, configured in conf/config.yaml) works with any launcher,
+because everything it does happens in the launching process or inside each job:
+- before any job starts: it plans the sweep (sweep_plan: which jobs will run, be skipped as
+  finished, or resume from a checkpoint) and says so in one line; it creates the MLflow store, the
+  experiment and a parent run, and writes them to SWEEP_DIR/sweep.json, which every job reads
+  (whatever process or node it runs in);
+- while the jobs run: a live line with runs done/total and the ETA (progress.SweepProgress), fed
+  by the job directories; each job reports its step, loss and tokens/s to its own directory;
+- at the end: the summary (sweep_summary), printed and logged to the parent run.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import socket
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hydra.experimental.callback import Callback
 
+if TYPE_CHECKING:
+    from ablate.sweep_summary import SweepSummary
+
 SWEEP_FILE = "sweep.json"
+LAUNCHES_FILE = "launches.jsonl"  # one line per launch into this sweep dir (a relaunch appends)
+PROGRESS_FILE = "progress.json"
+USAGE_FILE = "usage.json"  # written by the process launchers: a job's CPU time
+KIND_TAG = "ablate.kind"
+HOST_TAG = "ablate.launcher_host"
+PID_TAG = "ablate.launcher_pid"
 LAST_SUMMARY: "SweepSummary | None" = None
 
 
@@ -54,31 +71,85 @@ def read_sweep_file(sweep_dir: Path) -> dict:
 
 
 class SweepCallback(Callback):
+    def __init__(self) -> None:
+        self._progress = None  # the live line, in the launching process only
+        self._open_parent: dict | None = None  # sweep.json contents while the parent run is open
+
+    def __getstate__(self) -> dict:
+        # Launchers pickle the callbacks into every job; the live parts belong to the launcher's process.
+        return {"_progress": None, "_open_parent": None}
+
     def on_multirun_start(self, config, **kwargs) -> None:
         from hydra.core.hydra_config import HydraConfig
         from omegaconf import OmegaConf
+
+        from ablate import sweep_plan
 
         # Jobs get HydraConfig set by Hydra; the launching process does not, and the tracking
         # URI interpolates ${hydra:runtime.cwd}.
         HydraConfig.instance().set_config(config)
         sweep_dir = Path(config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
         name = OmegaConf.select(config, "hydra.runtime.choices.sweep") or "sweep"
-        info = {"sweep_id": f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}", "name": name}
+        jobs = sweep_plan.prepare(config)  # fails here, before anything is created, on a bad job config
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        info = {"sweep_id": f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}", "name": name,
+                "started": time.time()}
         tracking = OmegaConf.to_container(config.tracking, resolve=True)
         if tracking.get("backend") == "mlflow":
             info.update(start_parent_run(tracking, info["sweep_id"], name))
+            self._open_parent = info
+            atexit.register(self._abandon)
+        if jobs is not None:
+            sweep_plan.decide(jobs)
+            info["plan"] = [j.to_dict() for j in jobs]
         write_json(sweep_dir / SWEEP_FILE, info)
         print(f"sweep {info['sweep_id']}: results in {sweep_dir}", file=sys.stderr)
+        if jobs is not None:
+            print(sweep_plan.describe(jobs, name), file=sys.stderr)
+            self._start_progress(name, jobs, bool(OmegaConf.select(config, "train.progress", default=True)))
+
+    def on_job_start(self, config, **kwargs) -> None:
+        from hydra.types import RunMode
+
+        from ablate import progress
+
+        if config.hydra.mode == RunMode.MULTIRUN:
+            progress.report_to(Path(config.hydra.runtime.output_dir) / PROGRESS_FILE)
+
+    def on_job_end(self, config, **kwargs) -> None:
+        from ablate import progress
+
+        progress.report_to(None)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         global LAST_SUMMARY
+        from ablate.sweep_summary import summarize
+
+        if self._progress is not None:
+            self._progress.stop()
         sweep_dir = Path(config.hydra.sweep.dir)
         info = read_sweep_file(sweep_dir)
         LAST_SUMMARY = summarize(sweep_dir, info)
         print(LAST_SUMMARY.table, file=sys.stderr)
+        record_launch(sweep_dir, info, LAST_SUMMARY)
         if info.get("parent_run_id"):
             finish_parent_run(info, LAST_SUMMARY)
+        self._open_parent = None
+        atexit.unregister(self._abandon)
+
+    def _start_progress(self, name: str, jobs: list, enabled: bool) -> None:
+        from ablate.progress import SweepProgress, WatchedJob
+
+        watched = [WatchedJob(j.num, Path(j.job_dir), j.cost_flops if j.action in ("run", "resume") else 0.0,
+                              j.label) for j in jobs]
+        self._progress = SweepProgress(name, watched, enabled=enabled).start()
+
+    def _abandon(self) -> None:
+        """At exit without on_multirun_end (Ctrl-C, an exception): no parent run left RUNNING."""
+        if self._progress is not None:
+            self._progress.stop()
+        if self._open_parent:
+            close_parent_run(self._open_parent, "KILLED", "the sweep was interrupted before its end")
 
 
 def start_parent_run(tracking: dict, sweep_id: str, name: str) -> dict:
@@ -89,169 +160,80 @@ def start_parent_run(tracking: dict, sweep_id: str, name: str) -> dict:
 
     experiment_id = ensure_experiment(tracking["uri"], tracking["experiment"])
     client = MlflowClient(tracking_uri=tracking["uri"])
+    reap_orphan_sweeps(client, experiment_id)
     run = client.create_run(
         experiment_id,
         run_name=f"sweep:{name}",
-        tags={SWEEP_TAG: sweep_id, "ablate.kind": "sweep", **code_version()},
+        tags={SWEEP_TAG: sweep_id, KIND_TAG: "sweep", HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid()),
+              **code_version()},
     )
-    return {"experiment_id": experiment_id, "parent_run_id": run.info.run_id, "tracking_uri": tracking["uri"]}
+    return {"experiment": tracking["experiment"], "experiment_id": experiment_id, "parent_run_id": run.info.run_id,
+            "tracking_uri": tracking["uri"]}
+
+
+def reap_orphan_sweeps(client, experiment_id: str) -> None:
+    """Parent runs still RUNNING whose launching process on this host is gone (kill -9, power
+    loss) are closed as KILLED, so that a relaunch leaves no stale RUNNING sweep behind."""
+    import psutil
+
+    from ablate.tracking import REASON_TAG
+
+    stale = client.search_runs(
+        [experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'sweep' and attributes.status = 'RUNNING'", max_results=1000
+    )
+    for run in stale:
+        tags = run.data.tags
+        if tags.get(HOST_TAG) != socket.gethostname() or not tags.get(PID_TAG, "").isdigit():
+            continue
+        if _alive_since(int(tags[PID_TAG]), run.info.start_time / 1000, psutil):
+            continue
+        client.set_tag(run.info.run_id, REASON_TAG, "its launching process is gone (killed)")
+        client.set_terminated(run.info.run_id, status="KILLED")
+
+
+def _alive_since(pid: int, started: float, psutil) -> bool:
+    """True when process `pid` exists and is older than the run (not a recycled PID)."""
+    try:
+        return psutil.Process(pid).create_time() <= started + 1.0
+    except psutil.Error:
+        return False
 
 
 def finish_parent_run(info: dict, summary: "SweepSummary") -> None:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=info["tracking_uri"])
-    run_id = info["parent_run_id"]
     for path in summary.files:
-        client.log_artifact(run_id, str(path))
-    client.set_terminated(run_id, status="FAILED" if summary.failed else "FINISHED")
+        client.log_artifact(info["parent_run_id"], str(path))
+    close_parent_run(info, "FAILED" if summary.failed else "FINISHED")
 
 
-@dataclass
-class SweepSummary:
-    rows: list
-    failed: int
-    table: str
-    files: list = field(default_factory=list)
-
-
-def summarize(sweep_dir: Path, info: dict) -> SweepSummary:
-    dirs = job_dirs(sweep_dir)
-    overrides = [_overrides(d) for d in dirs]
-    common = set.intersection(*map(set, overrides)) if overrides else set()
-    rows = [_row(d, " ".join(o for o in ov if o not in common) or d.name) for d, ov in zip(dirs, overrides)]
-    _fill_from_mlflow(rows, info.get("tracking_uri"))
-    _compare_to_baseline(rows)
-    table = format_table(rows, info.get("name", "sweep"))
-    files = [
-        write_json(sweep_dir / "summary.json", {"sweep_id": info.get("sweep_id"), "runs": rows}),
-        write_text(sweep_dir / "summary.md", table + "\n"),
-    ]
-    plot = plot_loss_vs_flops(rows, info.get("tracking_uri"), sweep_dir / "loss_vs_flops.png")
-    if plot:
-        files.append(plot)
-    failed = sum(r["status"] in ("failed", "killed", "missing") for r in rows)
-    return SweepSummary(rows=rows, failed=failed, table=table, files=files)
-
-
-def job_dirs(sweep_dir: Path) -> list[Path]:
-    return sorted((d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()), key=lambda d: int(d.name))
-
-
-def _row(job_dir: Path, label: str) -> dict:
-    try:
-        result = json.loads((job_dir / "result.json").read_text())
-    except (OSError, ValueError):
-        result = {"status": "missing", "reason": "the job wrote no result.json (crashed or still running)"}
-    return {"label": label, "job": job_dir.name, **result}
-
-
-def _overrides(job_dir: Path) -> list[str]:
-    import yaml
-
-    try:
-        return list(yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or [])
-    except OSError:
-        return []
-
-
-def _fill_from_mlflow(rows: list, uri: str | None) -> None:
-    """A run skipped as already finished reports the figures of the run it points to."""
-    skipped = [r for r in rows if r["status"] == "skipped" and r.get("mlflow_run_id")]
-    if not skipped or not uri:
-        return
+def close_parent_run(info: dict, status: str, reason: str = "") -> None:
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
-    for r in skipped:
-        m = client.get_run(r["mlflow_run_id"]).data.metrics
-        r["final_val_loss"] = m.get("final/val_loss", m.get("val/loss"))
-        r["tokens_per_s"] = m.get("final/tokens_per_s")
-        r["mfu"] = m.get("final/mfu")
-        r["flops"] = m.get("flops", r.get("flops"))
+    from ablate.tracking import REASON_TAG
+
+    client = MlflowClient(tracking_uri=info["tracking_uri"])
+    if reason:
+        client.set_tag(info["parent_run_id"], REASON_TAG, reason)
+    client.set_terminated(info["parent_run_id"], status=status)
 
 
-def _compare_to_baseline(rows: list) -> None:
-    """Loss difference and speed-up against fp32 when it ran, else the first finished row."""
-    done = [r for r in rows if r.get("final_val_loss") is not None]
-    base = next((r for r in done if r.get("precision") == "fp32"), done[0] if done else None)
-    for r in rows:
-        r["baseline"] = base["label"] if base else None
-        ok = base is not None and r.get("final_val_loss") is not None
-        r["val_loss_delta"] = r["final_val_loss"] - base["final_val_loss"] if ok else None
-        speed, base_speed = r.get("tokens_per_s"), base.get("tokens_per_s") if base else None
-        r["speedup"] = speed / base_speed if speed and base_speed else None
+def record_launch(sweep_dir: Path, info: dict, summary: "SweepSummary") -> None:
+    """Append this launch (when, how long, what it did) to SWEEP_DIR/launches.jsonl."""
+    from ablate.launcher import available_cores
 
-
-def format_table(rows: list, name: str) -> str:
-    base = next((r["baseline"] for r in rows if r.get("baseline")), "first run")
-    head = f"| run | status | val loss | Δ vs {base} | tokens/s | speed-up | MFU | FLOPs |"
-    lines = [f"## Sweep `{name}`", "", head, "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(
-            f"| {r['label']} | {r['status']} | {_num(r.get('final_val_loss'), '.4f')} | "
-            f"{_num(r.get('val_loss_delta'), '+.4f')} | {_num(r.get('tokens_per_s'), ',.0f')} | "
-            f"{_num(r.get('speedup'), '.2f')}x | {_num(r.get('mfu'), '.2%')} | {_num(r.get('flops'), '.3g')} |"
-        )
-    notes = [f"- {r['label']}: {r['status']}: {r['reason']}" for r in rows if r["status"] not in ("finished", "skipped")]
-    skipped = sum(r["status"] == "skipped" for r in rows)
-    if skipped:
-        notes.append(f"- {skipped} run(s) had already finished with the same config and were not run again (train.rerun=true reruns them).")
-    if any(r.get("device") == "cpu" and (r.get("speedup") or 1) < 1 for r in rows):
-        notes.append(
-            "- On this CPU reduced precision costs time: without native bf16/fp16 arithmetic the "
-            "low-precision kernels are emulated. On GPUs with tensor cores (A100, H100, H200) the "
-            "same policies run faster than fp32."
-        )
-    return "\n".join(lines + ([""] + notes if notes else []))
-
-
-def plot_loss_vs_flops(rows: list, uri: str | None, path: Path) -> Path | None:
-    curves = _curves(rows, uri)
-    if not curves:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, (flops, loss) in curves.items():
-        ax.plot(flops, loss, marker="o", markersize=3, label=label)
-    floors = {r.get("entropy_floor") for r in rows if r.get("entropy_floor")}
-    for floor in floors:
-        ax.axhline(floor, color="gray", linestyle="--", linewidth=1, label=f"entropy floor {floor:.3f}")
-    ax.set_xscale("log")
-    ax.set_xlabel("training FLOPs")
-    ax.set_ylabel("validation loss (nats/token)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def _curves(rows: list, uri: str | None) -> dict:
-    if not uri:
-        return {}
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    curves = {}
-    for r in rows:
-        if not r.get("mlflow_run_id"):
-            continue
-        flops = {m.step: m.value for m in client.get_metric_history(r["mlflow_run_id"], "flops")}
-        loss = sorted((m.step, m.value) for m in client.get_metric_history(r["mlflow_run_id"], "val/loss"))
-        points = [(flops[s], v) for s, v in loss if s in flops and flops[s] > 0]
-        if points:
-            curves[r["label"]] = tuple(zip(*points))
-    return curves
-
-
-def _num(x, fmt: str) -> str:
-    return "-" if x is None else format(x, fmt)
+    counts: dict = {}
+    for row in summary.rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    planned: dict = {}
+    for job in info.get("plan", []):
+        planned[job["action"]] = planned.get(job["action"], 0) + 1
+    record = {"sweep_id": info.get("sweep_id"), "started": info.get("started"), "ended": time.time(),
+              "wall_s": time.time() - info["started"] if info.get("started") else None,
+              "planned": planned, "statuses": counts, "host": socket.gethostname(), "cores": available_cores()}
+    with open(sweep_dir / LAUNCHES_FILE, "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def write_json(path: Path, obj) -> Path:
@@ -259,7 +241,12 @@ def write_json(path: Path, obj) -> Path:
 
 
 def write_text(path: Path, text: str) -> Path:
+    return write_bytes(path, text.encode())
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    """Atomic: readers (other processes, a relaunch) see the old file or the new one, never half."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    tmp.write_bytes(data)
     os.replace(tmp, path)
     return path

@@ -4,15 +4,24 @@ Metrics are buffered in memory and sent with MlflowClient.log_batch (one call pe
 one per training step). The buffer travels inside each checkpoint, and on resume every step
 at or below the last step already in MLflow is dropped, so a killed run neither loses nor
 duplicates a metric point.
+
+When the tracking server is unreachable, training goes on: undelivered points stay in the
+buffer (and in checkpoints), delivery is retried with backoff, and a run that ends during the
+outage leaves a spool file that `python -m ablate.sync` delivers once the server is back.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.config import TrackingConfig
+from ablate.faults import failpoint
 
 MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
 MAX_PARAMS_PER_BATCH = 100
@@ -21,6 +30,13 @@ CONFIG_HASH_TAG = "ablate.config_hash"
 SWEEP_TAG = "ablate.sweep_id"
 REASON_TAG = "ablate.status_reason"
 STEP_KEY = "flops"  # present in every record; its last step is the last step MLflow has
+# An unreachable server must not stall training for minutes inside MLflow's own retry loop.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
+MAX_BACKOFF_S = 60.0
 
 
 @dataclass
@@ -48,8 +64,9 @@ class Tracker:
         now = int(time.time() * 1000)
         self.pending.extend((k, float(v), int(step), now) for k, v in metrics.items() if v is not None)
 
-    def flush(self) -> None:
+    def flush(self, force: bool = False) -> bool:
         self.pending.clear()
+        return True
 
     def log_artifacts(self, paths: list[Path]) -> None:
         pass
@@ -57,16 +74,25 @@ class Tracker:
     def set_tags(self, tags: dict) -> None:
         pass
 
-    def finish(self, status: str, reason: str = "") -> None:
+    def finish(self, status: str, reason: str = "", artifacts: list[Path] = ()) -> None:
         self.flush()
 
 
 class MLflowTracker(Tracker):
-    def __init__(self, cfg: TrackingConfig, experiment_id: str | None = None):
+    def __init__(self, cfg: TrackingConfig, experiment_id: str | None = None, spool_dir: Path | None = None):
         super().__init__()
         from mlflow.tracking import MlflowClient
 
+        if cfg.uri.startswith(("http://", "https://")):
+            for key, value in HTTP_DEFAULTS.items():
+                os.environ.setdefault(key, value)
+            # One line says the server is unreachable; urllib3's per-retry warnings would repeat it.
+            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
         self.cfg = cfg
+        self.spool_dir = spool_dir
+        self.retry_at = 0.0
+        self.backoff_s = 2.0
+        self.outage: str | None = None
         self.client = MlflowClient(tracking_uri=cfg.uri)
         self.experiment_id = experiment_id or ensure_experiment(cfg.uri, cfg.experiment)
 
@@ -101,16 +127,35 @@ class MLflowTracker(Tracker):
         history = self.client.get_metric_history(self.run_id, STEP_KEY)
         return max((m.step for m in history), default=-1)
 
-    def flush(self) -> None:
+    def flush(self, force: bool = False) -> bool:
+        """Send buffered points; False (points kept) when the store cannot be reached."""
         from mlflow.entities import Metric
 
-        fresh = [m for m in self.pending if m[2] > self.last_logged_step]
-        for i in range(0, len(fresh), MAX_METRICS_PER_BATCH):
-            chunk = fresh[i : i + MAX_METRICS_PER_BATCH]
-            self.client.log_batch(self.run_id, metrics=[Metric(k, v, ts, s) for k, v, s, ts in chunk])
-        if fresh:
-            self.last_logged_step = max(m[2] for m in fresh)
+        if not force and time.time() < self.retry_at:
+            return False
+        self.pending = [m for m in self.pending if m[2] > self.last_logged_step]
+        try:
+            for chunk in step_chunks(self.pending, MAX_METRICS_PER_BATCH):
+                self.client.log_batch(self.run_id, metrics=[Metric(k, v, ts, s) for k, v, s, ts in chunk])
+                self.last_logged_step = chunk[-1][2]
+                failpoint("tracking.flush")  # a kill here leaves some chunks delivered, some not
+        except Exception as exc:  # any failure to deliver is an outage: keep the points, retry later
+            self.pending = [m for m in self.pending if m[2] > self.last_logged_step]
+            self._outage(exc)
+            return False
+        if self.outage:
+            print(f"tracking: {self.cfg.uri} is reachable again; buffered points delivered", file=sys.stderr)
+        self.outage, self.backoff_s, self.retry_at = None, 2.0, 0.0
         self.pending.clear()
+        return True
+
+    def _outage(self, exc: Exception) -> None:
+        if self.outage is None:
+            first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            print(f"tracking: cannot reach {self.cfg.uri} ({first}); training goes on, metrics are buffered", file=sys.stderr)
+        self.outage = f"{type(exc).__name__}: {exc}"
+        self.retry_at = time.time() + self.backoff_s
+        self.backoff_s = min(MAX_BACKOFF_S, self.backoff_s * 2)
 
     def log_artifacts(self, paths: list[Path]) -> None:
         for p in paths:
@@ -121,17 +166,59 @@ class MLflowTracker(Tracker):
 
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
-    def finish(self, status: str, reason: str = "") -> None:
+    def finish(self, status: str, reason: str = "", artifacts: list[Path] = ()) -> None:
+        """Deliver what is buffered and close the run; during an outage, spool it instead."""
         try:
-            self.flush()
-        finally:
+            if not self.flush(force=True):
+                raise ConnectionError(self.outage)
+            self.log_artifacts(list(artifacts))
             if reason:
                 self.set_tags({REASON_TAG: reason})
             self.client.set_terminated(self.run_id, status=status)
+        except Exception as exc:
+            path = self.spool(status, reason, artifacts)
+            print(
+                f"tracking: could not close run {self.run_id} ({type(exc).__name__}); {len(self.pending)} points "
+                f"spooled to {path}; run `python -m ablate.sync` when the store is back",
+                file=sys.stderr,
+            )
+
+    def spool(self, status: str, reason: str, artifacts) -> Path:
+        record = {
+            "uri": self.cfg.uri, "run_id": self.run_id, "status": status, "reason": reason,
+            "last_logged_step": self.last_logged_step, "metrics": [list(m) for m in self.pending],
+            "artifacts": [str(a) for a in artifacts],
+        }
+        directory = self.spool_dir or Path(".ablate") / "spool"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{self.run_id}.json"
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+        return path
 
 
-def make_tracker(cfg: TrackingConfig, experiment_id: str | None = None) -> Tracker:
-    return MLflowTracker(cfg, experiment_id) if cfg.backend == "mlflow" else Tracker()
+def make_tracker(cfg: TrackingConfig, experiment_id: str | None = None, spool_dir: Path | None = None) -> Tracker:
+    return MLflowTracker(cfg, experiment_id, spool_dir) if cfg.backend == "mlflow" else Tracker()
+
+
+def step_chunks(points: list, limit: int):
+    """Batches of at most `limit` points in step order, never splitting one step's points, so
+    that 'every step <= last delivered step is in the store' stays true after a partial failure."""
+    points = sorted(points, key=lambda m: m[2])
+    chunk: list = []
+    i = 0
+    while i < len(points):
+        j = i
+        while j < len(points) and points[j][2] == points[i][2]:
+            j += 1
+        if chunk and len(chunk) + (j - i) > limit:
+            yield chunk
+            chunk = []
+        chunk.extend(points[i:j])
+        i = j
+    if chunk:
+        yield chunk
 
 
 def ensure_experiment(uri: str, name: str) -> str:

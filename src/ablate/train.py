@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from ablate import accounting, checkpoint
+from ablate import accounting, checkpoint, distributed, preemption, profiling
 from ablate.config import ConfigError, RunConfig, UnsupportedError, as_dict
 from ablate.data import TokenData, check_fits, get_batch, load_data
 from ablate.hardware import Hardware, resolve, unsupported_reason
@@ -42,6 +42,7 @@ class StopRun(Exception):
 
 # How a RunResult status shows in MLflow; a pruned run is KILLED with reason "pruned: ...".
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}
+RESUMED_TAG = "ablate.resumed_from_step"  # the checkpoint step a resumed run started from
 
 
 @dataclasses.dataclass
@@ -71,7 +72,9 @@ def prepare(cfg: RunConfig) -> Prepared:
             f"({data.vocab_size}) (valid: >= {data.vocab_size}, or null to take it from the data)"
         )
     check_fits(data, model_cfg.block_size)
+    distributed.check(cfg, hw.device)  # batch must split across DDP ranks
     cfg = dataclasses.replace(cfg, model=model_cfg)
+    profiling.check_window(cfg.train, total_steps(cfg))  # [profile] the captured steps fit in the run
     return Prepared(cfg, hw, data, total_steps(cfg), config_hash(cfg, hw))
 
 
@@ -97,7 +100,7 @@ def run(
     called after every evaluation and may raise StopRun."""
     p = prepared or prepare(cfg)
     cfg = p.cfg
-    tracker = make_tracker(cfg.tracking, experiment_id)
+    tracker = make_tracker(cfg.tracking, experiment_id, spool_dir=Path(cfg.state_dir) / "spool")
     existing = tracker.find(p.config_hash)
     skip = _skip_reason(existing, cfg)
     if skip:
@@ -122,18 +125,23 @@ def run(
         },
         resume_run_id=resume_id,
     )
+    if state is not None:  # where a resumed run picked up
+        tracker.set_tags({RESUMED_TAG: int(state["step"])})
     trainer = Trainer(p, tracker, state_dir, out_dir, on_eval)
+    preemption.install()  # signals wait for a step boundary, see preemption.py
     try:
-        result = trainer.train(state)
+        with distributed.ranks(cfg, p.hardware.device, state_dir, resume=state is not None), preemption.armed():
+            result = trainer.train(state)  # DDP ranks; signals wait for a step
     except BaseException as exc:
-        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        status = "KILLED" if isinstance(exc, (KeyboardInterrupt, preemption.Requeued)) else "FAILED"
         reason = f"{type(exc).__name__}: {exc}"
-        tracker.pending.extend(trainer.pending_on_error())
-        tracker.finish(status, reason)
-        write_result(trainer.result(status.lower(), reason), out_dir)
+        path = write_result(trainer.result(status.lower(), reason), out_dir)
+        tracker.finish(status, reason, [path])
         raise
+    finally:
+        preemption.uninstall()
     reason = f"pruned: {result.reason}" if result.status == "pruned" else result.reason
-    tracker.finish(MLFLOW_STATUS[result.status], reason)
+    tracker.finish(MLFLOW_STATUS[result.status], reason, trainer.artifacts)
     return result
 
 
@@ -168,6 +176,7 @@ class Trainer:
     def __init__(self, p: Prepared, tracker: Tracker, state_dir: Path, out_dir: Path, on_eval=None):
         self.p, self.cfg, self.tracker = p, p.cfg, tracker
         self.on_eval = on_eval
+        self.artifacts: list[Path] = []
         self.state_dir, self.out_dir = state_dir, out_dir
         self.device = p.hardware.device
         self.tokens_per_step = self.cfg.train.batch_size * self.cfg.model.block_size
@@ -179,6 +188,9 @@ class Trainer:
         self.last_train_loss = float("nan")
         self.last_val_loss = float("nan")
         self.tokens_per_s = 0.0
+        # [profile] train.profile=true: torch.profiler over a few steps, rank 0 only (profiling.py)
+        self.capture = (profiling.RunCapture(self.cfg.train, p.hardware, self.cfg.precision, out_dir)
+                        if self.cfg.train.profile and distributed.is_main() else None)
 
     # -- set-up -------------------------------------------------------------------------
     def _build(self, state: dict | None) -> None:
@@ -198,7 +210,8 @@ class Trainer:
             self.train_time = float(state["train_time"])
             self.last_val_loss = float(state.get("last_val_loss", float("nan")))
             self.tracker.pending = [tuple(m) for m in state["pending"]] + self.tracker.pending
-        self.forward = torch.compile(model) if self.cfg.train.compile else model
+        wrapped = distributed.wrap(model)  # DDP when this run has several ranks
+        self.forward = torch.compile(wrapped) if self.cfg.train.compile else wrapped
 
     # -- loop ---------------------------------------------------------------------------
     def train(self, state: dict | None) -> RunResult:
@@ -211,14 +224,15 @@ class Trainer:
         try:
             while self.step < total:
                 t0 = time.perf_counter()
-                loss = self._train_step()
+                with profiling.around(self.capture, self.step):  # [profile]
+                    loss = self._train_step()
                 self.train_time += time.perf_counter() - t0
                 self.step += 1
                 loss_sum += loss
                 loss_n += 1
                 is_eval = self.step % cfg.eval_interval == 0 or self.step == total
                 if self.step % cfg.log_interval == 0 or is_eval:
-                    self.last_train_loss = (loss_sum / loss_n).item()
+                    self.last_train_loss = distributed.mean(loss_sum / loss_n).item()  # over ranks
                     loss_sum.zero_()
                     loss_n = 0
                     if not math.isfinite(self.last_train_loss):
@@ -229,7 +243,11 @@ class Trainer:
                     progress.update(self.step, self.last_train_loss, self.tokens_per_s)
                 if self.step % cfg.checkpoint_interval == 0 and self.step < total:
                     self._checkpoint()
-                if time.perf_counter() - last_flush > cfg.flush_interval_s:
+                if preemption.pending() and self.step < total:  # checkpoint, then requeue or go on
+                    preemption.handle(self._save_for_signal, self.out_dir)
+                # [sweeps] not at the last step: _finish records final/* at that same step, and a
+                # flush marks every point at or below its step delivered (those would be dropped).
+                if self.step < total and time.perf_counter() - last_flush > cfg.flush_interval_s:
                     self.tracker.flush()
                     last_flush = time.perf_counter()
         except Diverged as exc:
@@ -244,29 +262,34 @@ class Trainer:
         return self._finish("finished", "")
 
     def _train_step(self) -> torch.Tensor:
+        # [profile] profiling.phase names the parts of a step in a trace (forward, backward, ...)
         c = self.cfg
-        x, y = get_batch(self.p.data.train, c.train.batch_size, c.model.block_size, c.train.seed, self.step, "train")
-        x, y = x.to(self.device), y.to(self.device)
+        with profiling.phase("data"):
+            x, y = get_batch(self.p.data.train, c.train.batch_size, c.model.block_size, c.train.seed, self.step, "train")
+            x, y = distributed.local_rows(x), distributed.local_rows(y)  # this rank's rows
+            x, y = x.to(self.device), y.to(self.device)
         lr = lr_at(self.step, self.p.total_steps, c.optim)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.lr = lr
-        with self.runtime.autocast():
+        with profiling.phase("forward"), self.runtime.autocast():
             _, loss = self.forward(x, y)
         scaler = self.runtime.scaler
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(self.optimizer)
-        else:
-            loss.backward()
-        if c.optim.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.optim.grad_clip)
-        if scaler is not None:
-            scaler.step(self.optimizer)
-            scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with profiling.phase("backward"):
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(self.optimizer)
+            else:
+                loss.backward()
+        with profiling.phase("optimizer"):
+            if c.optim.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.optim.grad_clip)
+            if scaler is not None:
+                scaler.step(self.optimizer)
+                scaler.update()
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
     @torch.no_grad()
@@ -302,6 +325,14 @@ class Trainer:
         if is_eval and self.on_eval is not None:
             self.on_eval(self.step, self.last_val_loss, self.flops)
 
+    def _save_for_signal(self, reason: str) -> int:
+        """Before SLURM ends the job: metrics delivered, state on disk, and the
+        MLflow run KILLED (resumable) until training goes on or finishes. Returns the step saved."""
+        self.tracker.flush(force=True)
+        self._checkpoint()
+        preemption.mark_killed(self.tracker)
+        return self.step
+
     def _checkpoint(self) -> None:
         checkpoint.save(
             {
@@ -331,9 +362,6 @@ class Trainer:
     def tracker_label(self) -> str:
         return f"{self.cfg.model.name}/{self.cfg.precision.name}"
 
-    def pending_on_error(self) -> list:
-        return []
-
     def result(self, status: str, reason: str) -> RunResult:
         return RunResult.from_trainer(self, status, reason)
 
@@ -350,8 +378,9 @@ class Trainer:
                 "final/wall_s": result.wall_s,
             },
         )
-        self.tracker.flush()
-        self.tracker.log_artifacts([path, *self._config_files()])
+        if self.capture is not None:  # [profile] its figures and files, when captured in this process
+            self.tracker.record(self.step, self.capture.metrics())
+        self.artifacts = [path, *self._config_files(), *(self.capture.files if self.capture else [])]
         return result
 
     def _config_files(self) -> list[Path]:

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Debian packages the tests need beyond the Python environment: a headless browser for the
+# MLflow UI end-to-end test (tests/test_mlflow_ui.py) and PostgreSQL (tests/test_reliability.py). Idempotent: installs only what is missing.
+set -euo pipefail
+
+packages=()
+command -v chromium >/dev/null 2>&1 || packages+=(chromium)
+# PostgreSQL for the reliability suite's load test (an MLflow server backed by PostgreSQL).
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || packages+=(postgresql)
+
+if [ ${#packages[@]} -eq 0 ]; then
+    exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "error: installing ${packages[*]} needs root or sudo" >&2; exit 1; }
+    SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${packages[@]}"

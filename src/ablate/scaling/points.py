@@ -1,0 +1,200 @@
+"""The data a fit reads: final losses of runs (Points), one run's loss-vs-FLOPs history (RunCurve),
+the CSV and Chinchilla loaders, and the input checks whose FitInputError is one line."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+FLOPS_PER_PARAM_TOKEN = 6.0  # C = 6 N D (Kaplan et al. 2020, sec. 2.1)
+
+
+class FitInputError(ValueError):
+    """Input that no fit can use; the message is one line that says what to change."""
+
+
+CSV_REQUIRED = ("params", "tokens", "loss")
+CSV_OPTIONAL = ("flops", "params_non_embedding", "run_id")
+CSV_NUMERIC = ("params", "tokens", "loss", "flops", "params_non_embedding")
+CHINCHILLA_COLUMNS = ("Model Size", "Training FLOP", "loss")
+
+
+def check_positive(name: str, values, where: str, first_line: int | None = None) -> np.ndarray:
+    """Values as a 1-D float array, each finite and > 0, or a FitInputError naming column and row."""
+    arr = np.asarray(values, dtype=float).reshape(-1)
+    bad = np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))
+    if bad.size:
+        i = int(bad[0])
+        row = f"row {i}" + (f" (line {i + first_line})" if first_line is not None else "")
+        raise FitInputError(
+            f"{where}: column '{name}' {row} is {float(arr[i])!r}; every value must be finite and > 0"
+            + (f" ({bad.size} bad rows)" if bad.size > 1 else "")
+        )
+    return arr
+
+
+@dataclass(frozen=True)
+class Points:
+    """Final (or per-checkpoint) results of training runs: one row per point, arrays of shape (n,)."""
+
+    N: np.ndarray  # parameters (total: Chinchilla's N)
+    D: np.ndarray  # training tokens
+    L: np.ndarray  # loss, nats per token
+    C: np.ndarray | None = None  # training FLOPs; 6ND when not given
+    N_non_embedding: np.ndarray | None = None  # Kaplan's N, when known
+    run_ids: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        given = {"params": self.N, "tokens": self.D, "loss": self.L, "flops": self.C,
+                 "params_non_embedding": self.N_non_embedding}
+        cols = {k: check_positive(k, v, "Points") for k, v in given.items() if v is not None}
+        lengths = {k: len(v) for k, v in cols.items()}
+        if len(set(lengths.values())) != 1:
+            raise FitInputError(f"Points: columns differ in length: {lengths}")
+        if self.run_ids is not None and len(self.run_ids) != lengths["params"]:
+            raise FitInputError(f"Points: {len(self.run_ids)} run_ids for {lengths['params']} points")
+        cols.setdefault("flops", FLOPS_PER_PARAM_TOKEN * cols["params"] * cols["tokens"])
+        for attr, key in (("N", "params"), ("D", "tokens"), ("L", "loss"), ("C", "flops"),
+                          ("N_non_embedding", "params_non_embedding")):
+            object.__setattr__(self, attr, cols.get(key))
+        if self.run_ids is not None:
+            object.__setattr__(self, "run_ids", tuple(str(r) for r in self.run_ids))
+
+    def __len__(self) -> int:
+        return len(self.L)
+
+    def subset(self, idx) -> Points:
+        idx = np.asarray(idx)
+        nne = None if self.N_non_embedding is None else self.N_non_embedding[idx]
+        ids = None if self.run_ids is None else tuple(np.asarray(self.run_ids, dtype=object)[idx])
+        return Points(self.N[idx], self.D[idx], self.L[idx], self.C[idx], nne, ids)
+
+    def variable(self, name: str) -> np.ndarray:
+        """The column a single-variable law uses: 'N', 'N_non_embedding', 'D' or 'C'."""
+        valid = ("N", "N_non_embedding", "D", "C")
+        if name not in valid:
+            raise FitInputError(f"unknown variable {name!r}; valid: {', '.join(valid)}")
+        if name == "N_non_embedding" and self.N_non_embedding is None:
+            raise FitInputError("variable 'N_non_embedding' asked for, "
+                                "but the points have no params_non_embedding column")
+        return getattr(self, name)
+
+    def summary(self) -> dict:
+        def rng(x):
+            return {"min": float(x.min()), "max": float(x.max())}
+
+        return {"n_points": len(self), "N": rng(self.N), "D": rng(self.D), "C": rng(self.C), "L": rng(self.L),
+                "distinct_N": int(len(np.unique(self.N)))}
+
+    @classmethod
+    def from_csv(cls, path: str | Path) -> Points:
+        """Columns params, tokens, loss[, flops, params_non_embedding, run_id] (header names exact)."""
+        header, rows = _read_csv(path)
+        missing = [c for c in CSV_REQUIRED if c not in header]
+        if missing:
+            hint = ""
+            if all(c in header for c in CHINCHILLA_COLUMNS):
+                hint = " (this looks like Epoch's Chinchilla CSV: load it with load_chinchilla)"
+            raise FitInputError(
+                f"{path}: missing column(s) {', '.join(missing)}; valid columns: "
+                f"{', '.join(CSV_REQUIRED + CSV_OPTIONAL)}{hint}"
+            )
+        _require_rows(path, len(rows))
+        # an optional column left empty on every row (e.g. flops not recorded) counts as absent
+        present = [c for c in CSV_NUMERIC if c in header and (c in CSV_REQUIRED or any(r[c] for r in rows))]
+        checked = {c: check_positive(c, _numbers(path, c, [r[c] for r in rows]), str(path), first_line=2)
+                   for c in present}
+        return cls(checked["params"], checked["tokens"], checked["loss"], checked.get("flops"),
+                   checked.get("params_non_embedding"),
+                   tuple(r["run_id"] for r in rows) if "run_id" in header else None)
+
+
+def _read_csv(path: str | Path) -> tuple[list[str], list[dict]]:
+    path = Path(path)
+    if not path.is_file():
+        raise FitInputError(f"{path}: no such file")
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def _numbers(path, column: str, texts: list[str]) -> np.ndarray:
+    out = np.empty(len(texts))
+    for i, t in enumerate(texts):
+        try:
+            out[i] = float(t)
+        except (TypeError, ValueError):
+            raise FitInputError(f"{path}: column '{column}' row {i} (line {i + 2}) is {t!r}, not a number") from None
+    return out
+
+
+def _require_rows(path, n: int) -> None:
+    if n == 0:
+        raise FitInputError(f"{path}: no data rows")
+
+
+def load_chinchilla(path: str | Path, drop_worst: int = 5) -> Points:
+    """Epoch's svg_extracted_data.csv: N = 'Model Size', C = 'Training FLOP', D = C/(6N).
+
+    Besiroglu et al. 2024 drop the `drop_worst` highest-loss points (5 of 245) before fitting.
+    """
+    header, rows = _read_csv(path)
+    missing = [c for c in CHINCHILLA_COLUMNS if c not in header]
+    if missing:
+        raise FitInputError(f"{path}: missing column(s) {', '.join(repr(c) for c in missing)}; "
+                            f"the Chinchilla loader needs {', '.join(repr(c) for c in CHINCHILLA_COLUMNS)}")
+    _require_rows(path, len(rows))
+    N, C, L = (check_positive(c, _numbers(path, c, [r[c] for r in rows]), str(path), 2) for c in CHINCHILLA_COLUMNS)
+    keep = np.sort(np.argsort(L, kind="stable")[: len(L) - drop_worst])
+    return Points(N[keep], C[keep] / (FLOPS_PER_PARAM_TOKEN * N[keep]), L[keep], C[keep])
+
+
+def load_points_csv(path: str | Path) -> tuple[Points, str | None]:
+    """A CSV in our columns (Points.from_csv) or Epoch's Chinchilla CSV (load_chinchilla, which drops
+    the 5 highest losses); the note says which Epoch rows were dropped, None for our columns."""
+    header, rows = _read_csv(path)
+    if all(c in header for c in CHINCHILLA_COLUMNS) and not all(c in header for c in CSV_REQUIRED):
+        points = load_chinchilla(path)
+        return points, (f"Epoch's Chinchilla columns ({', '.join(repr(c) for c in CHINCHILLA_COLUMNS)}): "
+                        f"{len(rows) - len(points)} highest-loss rows of {len(rows)} dropped, "
+                        "as Besiroglu et al. 2024 did; D = C / (6N)")
+    return Points.from_csv(path), None
+
+
+def require_count(n: int, needed: int, law: str, what: str = "points") -> None:
+    if n < needed:
+        raise FitInputError(f"{law}: {n} {what}, needs at least {needed}")
+
+
+def require_distinct(x: np.ndarray, needed: int, name: str, law: str) -> None:
+    k = len(np.unique(x))
+    if k == 1:
+        raise FitInputError(f"{law}: all points at one {name} ({x[0]:.4g}); needs at least {needed} distinct values")
+    if k < needed:
+        raise FitInputError(f"{law}: only {k} distinct values of {name}; needs at least {needed}")
+
+
+@dataclass(frozen=True)
+class RunCurve:
+    """One training run's history: arrays (t,) of cumulative FLOPs, tokens and loss."""
+
+    N: float
+    flops: np.ndarray
+    tokens: np.ndarray
+    loss: np.ndarray
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        where = f"run {self.run_id or self.N!r}"
+        cols = {k: check_positive(k, getattr(self, k), where) for k in ("flops", "tokens", "loss")}
+        check_positive("N", [self.N], where)
+        if len({len(v) for v in cols.values()}) != 1:
+            raise FitInputError(f"{where}: flops, tokens and loss differ in length")
+        if np.any(np.diff(cols["flops"]) <= 0):
+            raise FitInputError(f"{where}: flops must increase strictly along the curve")
+        for k, v in cols.items():
+            object.__setattr__(self, k, v)

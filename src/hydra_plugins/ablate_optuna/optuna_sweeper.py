@@ -1,0 +1,41 @@
+"""`hydra/sweeper=optuna`: an Optuna study whose trials run through the configured launcher and
+can be pruned from inside their jobs (ablate.search, ablate.search_driver)."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+
+class OptunaSweeper(Sweeper):
+    def __init__(self, **settings: Any) -> None:
+        # Every key of conf/hydra/sweeper/optuna.yaml; validated as ablate.search.SearchConfig.
+        self.settings = settings
+        self.config: Optional[DictConfig] = None
+        self.launcher = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from ablate.cli import fail
+        from ablate.config import ConfigError
+        from ablate.search import parse_search
+        from ablate.search_driver import run_study
+
+        assert self.config is not None and self.launcher is not None
+        settings = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                    for k, v in self.settings.items()}
+        try:
+            cfg = parse_search(settings)
+            return run_study(cfg, self.config, self.launcher, list(arguments))
+        except ConfigError as exc:
+            fail(str(exc))

@@ -1,0 +1,136 @@
+"""A real `mlflow server` stops mid-run: training goes on and no metric point is lost."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ablate.ui import server_command, server_env
+from conftest import SMALL_DATA, cli
+
+pytestmark = pytest.mark.slow
+
+ARGS = ["model=nano", "train.steps=300", "train.log_interval=5", "train.eval_interval=100",
+        "train.flush_interval_s=0.2", "train.checkpoint_interval=1000", "train.progress=false", *SMALL_DATA]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`mlflow server` on loopback over a sqlite store, stoppable and restartable on one port."""
+
+    def __init__(self, db: Path | None, port: int, store: str | None = None):
+        self.store = store or f"sqlite:///{db}"
+        self.port, self.proc = port, None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            server_command(self.store, port=self.port), env=server_env(),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        wait_for(lambda: _healthy(self.uri), 120, "mlflow server did not come up")
+
+    def stop(self) -> None:
+        import os
+        import signal
+
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(30)
+        wait_for(lambda: not _healthy(self.uri), 30, "mlflow server did not stop")
+
+
+def _healthy(uri: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def wait_for(condition, timeout: float, message: str) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, message
+        time.sleep(0.2)
+
+
+def points(uri: str, key: str = "train/loss") -> list[int]:
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("ablate").experiment_id])
+    return run, sorted(m.step for m in client.get_metric_history(run.info.run_id, key))
+
+
+def start_training(workdir: Path, uri: str):
+    log = open(workdir / "train.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "ablate", *ARGS, f"tracking.uri={uri}"], cwd=workdir,
+                            stdout=log, stderr=subprocess.STDOUT)
+    return proc, workdir / "train.log"
+
+
+def test_outage_mid_run_is_bridged_by_the_buffer(workdir):
+    server = Server(workdir / "store.db", free_port())
+    server.start()
+    proc, log = start_training(workdir, server.uri)
+    try:
+        wait_for(lambda: _has_points(server.uri), 300, "no metric reached the server")
+        server.stop()
+        wait_for(lambda: "cannot reach" in log.read_text(), 300, "the trainer never noticed the outage")
+        assert proc.poll() is None, "training must go on during the outage"
+        time.sleep(2)
+        server.start()
+        assert proc.wait(600) == 0, log.read_text()[-2000:]
+        run, steps = points(server.uri)
+        assert run.info.status == "FINISHED"
+        assert steps == list(range(5, 301, 5))
+        assert "reachable again" in log.read_text()
+    finally:
+        proc.kill()
+        server.stop() if server.proc.poll() is None else None
+
+
+def test_run_ending_during_an_outage_is_spooled_then_synced(workdir):
+    server = Server(workdir / "store.db", free_port())
+    server.start()
+    proc, log = start_training(workdir, server.uri)
+    try:
+        wait_for(lambda: _has_points(server.uri), 300, "no metric reached the server")
+        server.stop()
+        assert proc.wait(600) == 0, log.read_text()[-2000:]
+        spooled = list((workdir / ".ablate" / "state" / "spool").glob("*.json"))
+        assert len(spooled) == 1 and "python -m ablate.sync" in log.read_text()
+        server.start()
+        synced = cli([], workdir, module="ablate.sync")
+        assert synced.returncode == 0, synced.stderr
+        run, steps = points(server.uri)
+        assert run.info.status == "FINISHED"
+        assert steps == list(range(5, 301, 5))
+        assert not list((workdir / ".ablate" / "state" / "spool").glob("*.json"))
+        assert "result.json" in {a.path for a in MlflowClient(server.uri).list_artifacts(run.info.run_id)}
+    finally:
+        proc.kill()
+        server.stop() if server.proc.poll() is None else None
+
+
+def _has_points(uri: str) -> bool:
+    try:
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name("ablate")
+        runs = client.search_runs([exp.experiment_id]) if exp else []
+        return bool(runs) and bool(client.get_metric_history(runs[0].info.run_id, "train/loss"))
+    except Exception:
+        return False
