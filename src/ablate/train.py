@@ -177,6 +177,8 @@ class Trainer:
         self.p, self.cfg, self.tracker = p, p.cfg, tracker
         self.on_eval = on_eval
         self.artifacts: list[Path] = []
+        self.resumed_loss_sum, self.resumed_loss_n = 0.0, 0
+        self.loss_sum, self.loss_n = None, 0
         self.state_dir, self.out_dir = state_dir, out_dir
         self.device = p.hardware.device
         self.tokens_per_step = self.cfg.train.batch_size * self.cfg.model.block_size
@@ -209,6 +211,8 @@ class Trainer:
             self.step = int(state["step"])
             self.train_time = float(state["train_time"])
             self.last_val_loss = float(state.get("last_val_loss", float("nan")))
+            self.resumed_loss_sum = float(state.get("loss_sum", 0.0))
+            self.resumed_loss_n = int(state.get("loss_n", 0))
             self.tracker.pending = [tuple(m) for m in state["pending"]] + self.tracker.pending
         wrapped = distributed.wrap(model)  # DDP when this run has several ranks
         self.forward = torch.compile(wrapped) if self.cfg.train.compile else wrapped
@@ -219,7 +223,10 @@ class Trainer:
         cfg, total = self.cfg.train, self.p.total_steps
         progress = RunProgress(total, self.step, enabled=cfg.progress, label=self.tracker_label())
         last_flush = time.perf_counter()
-        loss_sum, loss_n = torch.zeros((), device=self.device), 0
+        # The running mean of the current log interval is part of the checkpoint, so a resume
+        # that starts mid-interval logs the same mean as an uninterrupted run.
+        loss_sum = torch.tensor(self.resumed_loss_sum, device=self.device)
+        loss_n = self.resumed_loss_n
         interval_start, interval_time = time.perf_counter(), self.train_time
         try:
             while self.step < total:
@@ -230,11 +237,13 @@ class Trainer:
                 self.step += 1
                 loss_sum += loss
                 loss_n += 1
+                self.loss_sum, self.loss_n = loss_sum, loss_n
                 is_eval = self.step % cfg.eval_interval == 0 or self.step == total
                 if self.step % cfg.log_interval == 0 or is_eval:
                     self.last_train_loss = distributed.mean(loss_sum / loss_n).item()  # over ranks
                     loss_sum.zero_()
                     loss_n = 0
+                    self.loss_n = 0
                     if not math.isfinite(self.last_train_loss):
                         raise Diverged(f"loss became {self.last_train_loss} at step {self.step}")
                     steps_done = self.train_time - interval_time
@@ -343,6 +352,8 @@ class Trainer:
                 "step": self.step,
                 "train_time": self.train_time,
                 "last_val_loss": self.last_val_loss,
+                "loss_sum": float(self.loss_sum) if self.loss_n else 0.0,
+                "loss_n": self.loss_n,
                 "pending": [list(m) for m in self.tracker.pending],
                 "mlflow_run_id": self.tracker.run_id or "",
                 "config_hash": self.p.config_hash,
