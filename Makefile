@@ -34,6 +34,8 @@ ui: install
 
 bench: install
 	$(PY) benchmarks/bench_train.py
+	$(PY) benchmarks/bench_sweep.py
+	$(PY) benchmarks/bench_fit.py
 
 slurm-start:
 	bash scripts/slurm_cluster.sh start

@@ -39,7 +39,7 @@ def run_arm(arm: str, tmp: Path, full: bool) -> dict:
     args = ["+sweep=scaling", f"hydra/launcher={arm}", f"hydra.sweep.dir={work / 'sweep'}",
             f"tracking.uri=sqlite:///{work / 'mlflow.db'}", f"state_dir={work / 'state'}", "train.progress=false"]
     if not full:
-        args.append(f"hydra.sweeper.params.train.tokens={REDUCED_TOKENS}")
+        args.append(f"train.tokens={REDUCED_TOKENS}")  # a command-line axis replaces the preset's
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()

@@ -57,6 +57,30 @@ def test_serving_dtype_follows_the_precision():
     assert decode.plan_bounds(SMALL, policy("fp32"), None, 64, 4) == []
 
 
+def test_the_planner_reports_the_bound_beside_the_training_estimates(tmp_path):
+    from ablate import planner
+
+    from omegaconf import OmegaConf
+
+    from conftest import CONF
+
+    def group(name, option):  # as Hydra composes it (YAML 1.2 numbers: 6.7e13 is a float)
+        return OmegaConf.to_container(OmegaConf.load(CONF / name / f"{option}.yaml"))
+
+    tree = {"model": group("model", "gpt2_124m"), "precision": group("precision", "bf16"),
+            "hardware": group("hardware", "h200"), "budget": {"tokens": 1e10}, "batch_size": 4, "out": str(tmp_path)}
+    inputs = planner.parse_plan(tree)
+    hw = planner.planning_hardware(inputs.hardware, inputs.precision)
+    plan = planner.make_plan(inputs, hw, planner.choose_mfu(inputs.plan, hw.name, hw.device, "bf16"))
+    one, four = planner.plan_dict(plan)["decode"]["bounds"]
+    expected = decode.decode_bound(inputs.model, 4.8e12, 1024, 1, "bf16")
+    assert (one["batch"], four["batch"]) == (1, 4)
+    assert one["tokens_per_s"] == pytest.approx(expected.tokens_per_s)
+    rows = dict(planner.summary_rows(plan))
+    assert rows["decode bound"].startswith(f"<= {expected.tokens_per_s:,.0f} tokens/s for 1 sequence")
+    assert rows["decode bound"].endswith("at 4,800 GB/s)")
+
+
 def _greedy_without_cache(model, prompt, new_tokens):
     ids = prompt
     with torch.no_grad():

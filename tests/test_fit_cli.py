@@ -125,8 +125,11 @@ def test_an_experiment_that_does_not_exist_lists_those_that_do(tmp_path):
 
 # --- experiment=NAME, from a real sweep ---------------------------------------------------------
 
-GRID = ["--multirun", "model=nano,micro,tiny", "train.steps=20,40,80", "train.eval_interval=10",
-        "train.log_interval=10", "train.progress=false", *SMALL_DATA]
+# 3 sizes x 3 budgets (approach 3 needs 3 of each), each run a few seconds: 4 sequences per step,
+# evaluated every 5 steps on 2 batches.
+TINY_RUN = ["train.batch_size=4", "train.eval_interval=5", "train.eval_batches=2", "train.log_interval=5",
+            "train.progress=false", *SMALL_DATA]
+GRID = ["--multirun", "model=nano,micro,tiny", "train.steps=10,20,40", *TINY_RUN]
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +138,8 @@ def sweep_dir(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("sweep")
     result = cli(GRID, cwd, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
-    diverged = cli(["model=nano", "train.steps=30", "optim.lr=1e4", "optim.warmup_steps=0", "optim.grad_clip=0",
-                    "train.progress=false", *SMALL_DATA], cwd, timeout=600)
+    diverged = cli(["model=nano", "train.steps=10", "optim.lr=1e4", "optim.warmup_steps=0", "optim.grad_clip=0",
+                    *TINY_RUN], cwd, timeout=600)
     assert diverged.returncode == 1, diverged.stderr[-2000:]
     return cwd
 

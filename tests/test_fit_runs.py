@@ -21,10 +21,16 @@ def loss_at(N: float, D: float) -> float:
     return FLOOR + 400 / N ** 0.34 + 400 / D ** 0.28
 
 
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    """One store for the module (creating a sqlite store takes seconds); each test has its experiment."""
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
 class Store:
-    def __init__(self, tmp_path, experiment: str = "grid"):
-        self.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-        self.client = MlflowClient(self.uri)
+    def __init__(self, uri: str, experiment: str):
+        self.uri, self.name = uri, experiment
+        self.client = MlflowClient(uri)
         self.exp = self.client.create_experiment(experiment)
         self.clock = 1_700_000_000_000
 
@@ -52,8 +58,8 @@ class Store:
         return rid
 
 
-def test_finished_training_runs_become_points_and_the_rest_are_counted(tmp_path):
-    s = Store(tmp_path)
+def test_finished_training_runs_become_points_and_the_rest_are_counted(uri):
+    s = Store(uri, "grid")
     sizes, budgets = (6e4, 1.5e5, 4.5e5), (20, 40, 80)
     kept = {}
     for (N, steps) in itertools.product(sizes, budgets):
@@ -65,7 +71,7 @@ def test_finished_training_runs_become_points_and_the_rest_are_counted(tmp_path)
     s.run(status="RUNNING")
     s.run(params=False)
     s.run(N=6e4, steps=20, total=40, final=False)  # its last evaluation is not at its last step
-    runs = read_experiment(s.uri, "grid")
+    runs = read_experiment(s.uri, s.name)
     assert sorted(zip(runs.points.N, runs.points.D)) == sorted((N, 1024.0 * st) for N, st in kept.values())
     i = int(np.argmax(runs.points.C))
     assert runs.points.L[i] == pytest.approx(loss_at(4.5e5, 1024.0 * 80))
@@ -85,48 +91,48 @@ def test_finished_training_runs_become_points_and_the_rest_are_counted(tmp_path)
     }
 
 
-def test_a_run_without_final_val_loss_takes_its_last_evaluation(tmp_path):
-    s = Store(tmp_path)
+def test_a_run_without_final_val_loss_takes_its_last_evaluation(uri):
+    s = Store(uri, "recovered")
     for N in (6e4, 1.5e5):
         s.run(N=N)
     recovered = s.run(N=4.5e5, final=False)
-    runs = read_experiment(s.uri, "grid")
+    runs = read_experiment(s.uri, s.name)
     i = runs.points.run_ids.index(recovered)
     assert runs.points.L[i] == pytest.approx(loss_at(4.5e5, 1024.0 * STEPS))
     assert any(n.startswith("1 run has no final/val_loss metric") for n in runs.notes)
 
 
-def test_only_the_newest_run_of_a_config_counts(tmp_path):
-    s = Store(tmp_path)
+def test_only_the_newest_run_of_a_config_counts(uri):
+    s = Store(uri, "newest")
     s.run(N=6e4, tags={"ablate.config_hash": "same"})
     newest = s.run(N=6e4, tags={"ablate.config_hash": "same"})
     s.run(N=1.5e5)
-    runs = read_experiment(s.uri, "grid")
+    runs = read_experiment(s.uri, s.name)
     assert newest in runs.points.run_ids and len(runs.points) == 2
     assert runs.skipped == {"older FINISHED runs of a config that has a newer one (tag ablate.config_hash)": 1}
 
 
-def test_differing_entropy_floors_are_not_compared(tmp_path):
-    s = Store(tmp_path)
+def test_differing_entropy_floors_are_not_compared(uri):
+    s = Store(uri, "floors")
     s.run(N=6e4, floor=0.5)
     s.run(N=1.5e5, floor=0.7)
-    runs = read_experiment(s.uri, "grid")
+    runs = read_experiment(s.uri, s.name)
     assert runs.entropy_floor is None
     assert any("entropy floors differ (0.5, 0.7)" in n for n in runs.notes)
 
 
-def test_an_experiment_of_unusable_runs_is_one_line(tmp_path):
-    s = Store(tmp_path)
+def test_an_experiment_of_unusable_runs_is_one_line(uri):
+    s = Store(uri, "unusable")
     s.run(status="FAILED")
     s.run(tags={"ablate.kind": "sweep"})
     with pytest.raises(FitInputError) as info:
-        read_experiment(s.uri, "grid")
-    assert str(info.value) == ("experiment=grid has no FINISHED training runs to fit "
+        read_experiment(s.uri, s.name)
+    assert str(info.value) == ("experiment=unusable has no FINISHED training runs to fit "
                                "(1 run FAILED, not FINISHED; 1 sweep parent run (tag ablate.kind=sweep))")
 
 
-def test_the_fit_run_is_closed_with_its_files(tmp_path):
-    s = Store(tmp_path)
+def test_the_fit_run_is_closed_with_its_files(uri, tmp_path):
+    s = Store(uri, "fitrun")
     files = [tmp_path / "fit.json", tmp_path / "fit.md"]
     for f in files:
         f.write_text("{}")

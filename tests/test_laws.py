@@ -272,6 +272,17 @@ def test_approach3_recovers_a_known_law_from_noisy_data(synthetic):
     assert lo < TRUE.E < hi
 
 
+def test_data_without_a_floor_put_E_at_its_bound_and_say_so(synthetic):
+    assert fit_approach3(synthetic, n_boot=0, grid=COARSE_GRID).diagnostics.warnings == ()
+    N, D = synthetic.N, synthetic.D
+    no_floor = Points(N, D, TRUE.A / N**TRUE.alpha + TRUE.B / D**TRUE.beta)
+    fit = fit_approach3(no_floor, n_boot=0, grid=COARSE_GRID)
+    assert fit.diagnostics.converged and fit.law.E < 1e-10
+    assert fit.law.alpha == pytest.approx(TRUE.alpha, rel=1e-3)
+    (warning,) = fit.diagnostics.warnings
+    assert warning.startswith("E is at its lower bound") and "do not determine the irreducible loss" in warning
+
+
 def test_coarse_grid_agrees_with_hoffmanns_grid_on_synthetic_data(synthetic):
     a = fit_approach3(synthetic, n_boot=0, grid=COARSE_GRID)
     b = fit_approach3(synthetic, n_boot=0)

@@ -69,7 +69,13 @@ def test_a_peak_below_an_attained_rate_is_raised_to_it():
 
 
 def _catalogue(name: str) -> Hardware:
-    cfg = build(HardwareConfig, preset("hardware", name), "hardware")
+    from omegaconf import OmegaConf
+
+    from conftest import CONF
+
+    # As Hydra composes it (YAML 1.2 numbers: 6.7e13 is a float, not a string).
+    cfg = build(HardwareConfig, OmegaConf.to_container(OmegaConf.load(CONF / "hardware" / f"{name}.yaml")), "hardware")
+    cfg.validate()
     return Hardware(cfg.name, cfg.device, dict(cfg.peak_flops), cfg.memory_gb, cfg.memory_bandwidth_gbs)
 
 
@@ -103,8 +109,9 @@ def test_cpu_ceilings_are_measured_once_and_cached(tmp_path, monkeypatch):
     assert first.peak_flops == 1e11  # given figures are used as they are
     assert "bandwidth from its copy benchmark" in first.source
     saved = json.loads((tmp_path / "cpu_bandwidth.json").read_text())
-    assert saved["copy"] == first.bandwidth > 1e8
-    saved["copy"] = 1.234e9  # the cache, not a new measurement, answers the next time
+    (figures,) = saved.values()  # one machine key (host, CPU, cores, torch threads)
+    assert figures["copy"] == first.bandwidth > 1e8
+    figures["copy"] = 1.234e9  # the cache, not a new measurement, answers the next time
     (tmp_path / "cpu_bandwidth.json").write_text(json.dumps(saved))
     assert roofline.ceilings_for(hw, _precision("fp32")).bandwidth == 1.234e9
 
@@ -113,12 +120,23 @@ def test_cpu_peak_cache_holds_one_figure_per_dtype(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))
     fp32 = hardware.measured_cpu_peak_flops()
     saved = json.loads((tmp_path / "cpu_peak.json").read_text())
-    saved["bf16"] = 5e8  # as if measured before: no slow bf16 benchmark in this test
+    (figures,) = saved.values()
+    figures["bf16"] = 5e8  # as if measured before: no slow bf16 benchmark in this test
     (tmp_path / "cpu_peak.json").write_text(json.dumps(saved))
     assert hardware.measured_cpu_peak_flops(dtype="bf16") == 5e8
     assert hardware.measured_cpu_peak_flops() == fp32
     c = roofline.ceilings_for(Hardware("cpu", "cpu", {"fp32": fp32}, memory_bandwidth_gbs=10.0), _precision("bf16"))
     assert (c.peak_flops, c.dtype, c.bandwidth) == (5e8, "bf16", 1e10)
+
+
+def test_the_first_cache_layout_is_still_read(tmp_path, monkeypatch):
+    import os
+    import platform
+
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))
+    key = f"{platform.node()}|{platform.processor()}|{os.cpu_count()}|{torch.get_num_threads()}"
+    (tmp_path / "cpu_peak.json").write_text(json.dumps({"key": key, "fp32": 1.5e10}))
+    assert hardware.measured_cpu_peak_flops() == 1.5e10
 
 
 def test_the_measured_copy_bandwidth_is_plausible():
@@ -179,3 +197,22 @@ def test_auto_hardware_on_a_catalogued_gpu_gets_its_ceilings():
     if roofline.catalogue_match(torch.cuda.get_device_name()) is None:
         pytest.skip(f"{torch.cuda.get_device_name()} is not in the catalogue")
     assert c is not None and c.dtype == "bf16" and "catalogue" in c.source
+
+
+def test_the_sweep_summary_carries_the_bound_notes(tmp_path):
+    import yaml
+
+    from ablate.sweep_summary import summarize
+
+    _job(tmp_path, "0", [("aten::mm", 4.0, 2e8, 1e7), ("aten::add", 5.0, 0, 1e9)], 100e9)
+    _job(tmp_path, "1", [("aten::mm", 9.0, 4e7, 1.2e7), ("aten::add", 0.5, 0, 5e8)], 5e9)
+    for job, (precision, speed) in enumerate([("fp32", 1000.0), ("bf16", 60.0)]):
+        (tmp_path / str(job) / ".hydra").mkdir()
+        (tmp_path / str(job) / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"precision={precision}"]))
+        (tmp_path / str(job) / "result.json").write_text(json.dumps(
+            {"status": "finished", "reason": "", "precision": precision, "params": 100, "tokens": 10,
+             "final_val_loss": 2.0, "tokens_per_s": speed, "device": "cpu"}))
+    table = summarize(tmp_path, {"name": "precision"}).table
+    assert "- precision=fp32: memory-bound (50% of the step in memory-bound ops" in table
+    assert "- precision=bf16: compute-bound" in table and "speed-up 0.06x vs precision=fp32" in table
+    assert json.loads((tmp_path / "summary.json").read_text())["runs"][1]["profile"]["bound"] == "compute"

@@ -215,7 +215,9 @@ def test_a_diverging_run_is_failed_in_mlflow_the_summary_sacct_and_the_exit_code
 @pytest.mark.slurm
 @needs_sinfo
 def test_scontrol_requeue_resumes_from_the_checkpoint_into_the_same_run(workdir, tmp_path_factory):
-    steps = ["train.steps=120", "train.log_interval=10", "train.eval_interval=40", "train.flush_interval_s=1",
+    # 600 steps: after SIGTERM the job trains on until SIGKILL (KillWait=5 s on the test cluster); the
+    # remaining ~570 steps must not fit in those 5 s, or the run would finish before the requeue.
+    steps = ["train.steps=600", "train.log_interval=50", "train.eval_interval=200", "train.flush_interval_s=1",
              "train.checkpoint_interval=1000"]
     proc = launch(["--multirun", "hydra/launcher=slurm", *QUICK, *steps], workdir)
     try:
@@ -225,8 +227,8 @@ def test_scontrol_requeue_resumes_from_the_checkpoint_into_the_same_run(workdir,
         scontrol("requeue", job)  # SIGTERM now, SIGKILL after KillWait, then the job runs again
         # while the requeued job runs, the same run uninterrupted, for comparison
         ref_dir = tmp_path_factory.mktemp("reference")
-        ref_cfg = run_config(ref_dir, tracking="mlflow", **{"train.steps": 120, "train.log_interval": 10,
-                                                            "train.eval_interval": 40})
+        ref_cfg = run_config(ref_dir, tracking="mlflow", **{"train.steps": 600, "train.log_interval": 50,
+                                                            "train.eval_interval": 200})
         reference = train.run(ref_cfg, ref_dir / "out")
         out, _ = proc.communicate(timeout=WAIT_S)
     finally:
@@ -238,9 +240,9 @@ def test_scontrol_requeue_resumes_from_the_checkpoint_into_the_same_run(workdir,
     assert [(e["signal"], e["action"]) for e in events] == [("SIGTERM", "continue")]
     assert run.info.status == "FINISHED"
     assert run.data.tags[train.RESUMED_TAG] == str(events[0]["step"])  # resumed from the signal's checkpoint
-    assert 30 <= events[0]["step"] < 120
-    assert metric_steps(workdir, run.info.run_id, "train/loss") == list(range(10, 121, 10))  # complete, no duplicates
-    assert metric_steps(workdir, run.info.run_id, "val/loss") == list(range(40, 121, 40))
+    assert 30 <= events[0]["step"] < 600
+    assert metric_steps(workdir, run.info.run_id, "train/loss") == list(range(50, 601, 50))  # complete, no duplicates
+    assert metric_steps(workdir, run.info.run_id, "val/loss") == list(range(200, 601, 200))
     client, ref_client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}"), MlflowClient(ref_cfg.tracking.uri)
     for key in ("train/loss", "val/loss"):
         got = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))

@@ -143,3 +143,25 @@ def test_an_eval_hook_can_stop_a_run_as_pruned(tmp_path):
     run = MlflowClient(cfg.tracking.uri).get_run(result.mlflow_run_id)
     assert run.info.status == "KILLED" and run.data.tags[REASON_TAG].startswith("pruned: val loss")
     assert train.run(cfg, tmp_path / "again").status == "skipped"  # a pruned config is not resumed
+
+
+def test_a_checkpoint_whose_mlflow_run_is_gone_starts_the_run_again(tmp_path, capfd):
+    def interrupt_at_20(step, val_loss, flops):
+        if step == 20:
+            raise KeyboardInterrupt
+
+    cfg = run_config(tmp_path, tracking="mlflow", **{"train.steps": 40, "train.checkpoint_interval": 10})
+    with pytest.raises(KeyboardInterrupt):
+        train.run(cfg, tmp_path / "out", on_eval=interrupt_at_20)
+    (state_dir,) = (tmp_path / "state").iterdir()
+    assert checkpoint.load(state_dir)["step"] >= 10  # a checkpoint of the interrupted run is kept
+    # The same config against a new, empty store (as after deleting mlflow.db): the state dir still
+    # holds the checkpoint, whose MLflow run this store has never seen.
+    cfg.tracking.uri = f"sqlite:///{tmp_path / 'new.db'}"
+    result = train.run(cfg, tmp_path / "again")
+    assert result.status == "finished"
+    client = MlflowClient(cfg.tracking.uri)
+    run = client.get_run(result.mlflow_run_id)
+    assert train.RESUMED_TAG not in run.data.tags
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert "which sqlite" in capfd.readouterr().err

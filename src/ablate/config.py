@@ -231,7 +231,7 @@ class TrainConfig:
     # `rerun`; FAILED ones are retried only with `retry_failed`.
     rerun: bool = False
     retry_failed: bool = False
-    # [profile] torch.profiler (profiling.py): step profile_start is counted op by op (FLOPs, bytes),
+    # torch.profiler (profiling.py): step profile_start is counted op by op (FLOPs, bytes),
     # the next profile_steps steps are traced; files go to the run dir and the run's MLflow artifacts.
     profile: bool = False
     profile_start: int = 10
@@ -250,7 +250,7 @@ class TrainConfig:
         for key in ("batch_size", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
             _positive(f"train.{key}", getattr(self, key))
         _positive("train.flush_interval_s", self.flush_interval_s)
-        if self.profile_start < 0:  # [profile]
+        if self.profile_start < 0:
             raise ConfigError(f"train.profile_start={self.profile_start} is negative (valid: >= 0, a step index)")
         _positive("train.profile_steps", self.profile_steps)
         if self.profile and self.compile:

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 from ablate import accounting
 from ablate.config import ModelConfig, PrecisionConfig
 
+if TYPE_CHECKING:  # the bound is plain arithmetic: the planner uses it without importing torch
+    import torch
+
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-TORCH_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,7 +143,12 @@ def plan_row(bounds: list[DecodeBound]) -> tuple[str, str]:
     parts = [f"<= {b.tokens_per_s:,.0f} tokens/s for {b.batch} sequence{'s' if b.batch > 1 else ''}" for b in bounds]
     return ("decode bound", f"{'; '.join(parts)} at context {first.context} ({_gb(first.weight_bytes)} of "
                             f"{first.weight_dtype} weights + {_gb(first.kv_bytes)} of KV cache per sequence "
-                            f"read per step, at {first.bandwidth / 1e9:,.0f} GB/s)")
+                            f"read per step, at {_gbs(first.bandwidth)})")
+
+
+def _gbs(bandwidth: float) -> str:
+    x = bandwidth / 1e9
+    return f"{x:,.0f} GB/s" if x >= 100 else f"{x:.3g} GB/s"
 
 
 def _gb(x: float) -> str:
@@ -174,12 +179,20 @@ class DecodeRun:
                 "prefill_s": self.prefill_s, "decode_s": self.decode_s, "tokens_per_s": self.tokens_per_s}
 
 
-@torch.inference_mode()
 def generate(model, prompt: torch.Tensor, new_tokens: int) -> DecodeRun:
     """Greedy decoding of `new_tokens` tokens after `prompt` (B, P) with a KV cache.
 
     The prefill runs the prompt in one pass and yields the first new token; each later step feeds
     the newest token alone. Needs P + new_tokens - 1 <= block_size (learned positions)."""
+    import torch
+
+    with torch.inference_mode():
+        return _generate(model, prompt, new_tokens)
+
+
+def _generate(model, prompt: torch.Tensor, new_tokens: int) -> DecodeRun:
+    import torch
+
     cfg = model.cfg
     B, P = prompt.shape
     if new_tokens < 2 or P < 1 or P + new_tokens - 1 > cfg.block_size:
@@ -208,6 +221,9 @@ def generate(model, prompt: torch.Tensor, new_tokens: int) -> DecodeRun:
 def _step(model, idx: torch.Tensor, cache: torch.Tensor, pos: int) -> torch.Tensor:
     """idx (B, T) at positions pos .. pos+T-1 (T > 1 only for the prefill at pos 0); fills the
     cache there and returns the last position's logits (B, V)."""
+    import torch
+    import torch.nn.functional as F
+
     cfg = model.cfg
     B, T = idx.shape
     C, H = cfg.n_embd, cfg.n_head
@@ -230,12 +246,16 @@ def _step(model, idx: torch.Tensor, cache: torch.Tensor, pos: int) -> torch.Tens
 
 
 def _sync(device: torch.device) -> None:
+    import torch
+
     if device.type == "cuda":
         torch.cuda.synchronize()
 
 
 def measure(model, batch: int, prompt: int, new_tokens: int, seed: int = 0) -> DecodeRun:
     """`generate` from a random prompt, after one untimed warm-up run of the same shapes."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, model.cfg.vocab_size, (batch, prompt), generator=g)
     ids = ids.to(next(model.parameters()).device)
@@ -244,4 +264,7 @@ def measure(model, batch: int, prompt: int, new_tokens: int, seed: int = 0) -> D
 
 
 def model_dtype(model) -> str:
-    return TORCH_DTYPES[next(model.parameters()).dtype]
+    """The DTYPE_BYTES key of a model's parameters ("fp32", "bf16", "fp16")."""
+    import torch
+
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[next(model.parameters()).dtype]

@@ -95,10 +95,17 @@ def _approach3_dict(fit: Approach3Fit) -> dict:
            "frontier": {"formula": FRONTIER_FORMULA,
                         "G": fit.law.G} if ok else None,
            "diagnostics": fit.diagnostics.to_dict(),
-           "bootstrap": None if fit.bootstrap is None else fit.bootstrap.to_dict()}
+           "bootstrap": None if fit.bootstrap is None else _with_samples(fit.bootstrap, fit.law.NAMES)}
     if not ok:
         doc["last_iterate"] = dict(zip(fit.law.NAMES, fit.law.as_array().tolist()))
     return doc
+
+
+def _with_samples(boot, names) -> dict:
+    """The converged resamples as rows in `names` order: `python -m ablate.plan fit=` takes the
+    percentiles of L(N, D) over them, the joint interval (A and alpha, B and beta are correlated)."""
+    return {**boot.to_dict(), "sample_columns": list(names),
+            "samples": [[float(f"{v:.6g}") for v in row] for row in boot.usable()]}
 
 
 def _single_dict(fit: SingleLawFit) -> dict:
@@ -242,6 +249,7 @@ def _md_approach3(fit: Approach3Fit, title: str) -> list[str]:
     lines += _table(["parameter", "value", "95% CI"], rows)
     lines += ["", "a = beta/(alpha+beta) is the exponent of N_opt(C); b = alpha/(alpha+beta) that of D_opt(C).",
               "", _diag_line(d)]
+    lines += [f"**Warning:** {w}." for w in d.warnings]
     if fit.bootstrap is not None:
         b = fit.bootstrap
         lines.append(f"Bootstrap: {int(b.converged.sum())} of {b.n_resamples} resamples converged (seed {b.seed}).")
@@ -335,7 +343,9 @@ def _md_single(fits: dict[str, SingleLawFit]) -> list[str]:
         p = fit.params
         rows.append([var] + [f"{_g(p[k].value)} ({_ci(p[k])})" for k in ("E", "A", "alpha")]
                     + [str(len(fit.x)), f"{fit.diagnostics.rms_residual:.3g}"])
-    return lines + _table(["x", "E (95% CI)", "A (95% CI)", "alpha (95% CI)", "points used", "RMS log resid."], rows)
+    lines += _table(["x", "E (95% CI)", "A (95% CI)", "alpha (95% CI)", "points used", "RMS log resid."], rows)
+    warned = [f"- L({var}): {w}." for var, fit in fits.items() for w in fit.diagnostics.warnings]
+    return lines + ([""] + warned if warned else [])
 
 
 def fit_markdown(result: FitReport) -> str:
@@ -375,6 +385,7 @@ def summary_text(result: FitReport) -> str:
     lines += _rows([["", "value", "95% CI"]] + [[names.get(k, k), _g(v.value), _ci(v)]
                                                 for k, v in {**a3.params, **a3.exponents}.items()])
     lines.append(f"  RMS log residual {d.rms_residual:.3g} over {len(d.residuals)} points")
+    lines += [f"  warning: {w}" for w in d.warnings]
     lines += _summary_held_out(result) + _summary_floor(result) + _summary_others(result)
     for p in result.predictions:
         at = (f"C={_g(p.C)} at its compute-optimal N={_g(p.N.value)} (95% CI {_ci(p.N)}), D={_g(p.D.value)}"
@@ -422,7 +433,8 @@ def _summary_others(result: FitReport) -> list[str]:
             continue
         p = fit.params
         lines.append(f"L({var}) = E + A / {var}^alpha: alpha {_g(p['alpha'].value)} (95% CI {_ci(p['alpha'])}), "
-                     f"E {_g(p['E'].value)} (95% CI {_ci(p['E'])}), {len(fit.x)} points")
+                     f"E {_g(p['E'].value)} (95% CI {_ci(p['E'])}), {len(fit.x)} points"
+                     + ("; E at its lower bound" if fit.diagnostics.warnings else ""))
     return lines
 
 
@@ -455,8 +467,15 @@ def _stamp_not_converged(ax, what: str) -> None:
 
 
 def _grid(ax) -> None:
-    """Major grid only: minor log ticks over many decades make each PNG take seconds to lay out."""
+    """Major grid; minor log ticks only on an x axis of at most two decades, where they are the only
+    labels between powers of ten (over many decades they make each PNG take seconds to lay out)."""
+    lo, hi = ax.get_xlim()
+    keep_x = ax.get_xscale() == "log" and lo > 0 and hi / lo <= 100
     ax.minorticks_off()
+    if keep_x:
+        from matplotlib.ticker import LogLocator
+
+        ax.xaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
     ax.grid(True, alpha=0.25)
 
 
@@ -468,7 +487,7 @@ def _plain_y(ax) -> None:
     lo, hi = ax.get_ylim()
     if lo <= 0 or hi / lo > 10:
         return
-    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.0)))
     ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.yaxis.set_minor_formatter(NullFormatter())
 
@@ -491,7 +510,8 @@ def _plot_curves(result: FitReport, plt):
         single = result.single.get(var)
         if single is not None and single.diagnostics.converged:
             x = np.geomspace(single.x.min(), single.x.max(), 100)
-            ax.plot(x, single.law.loss(x), "k--", lw=1.5, label=f"L({var}) = E + A/{var}^α, α={single.law.alpha:.3g}")
+            ax.plot(x, single.law.loss(x), "k--", lw=1.5, label=f"E + A/x^α, α={single.law.alpha:.3g}")
+            ax.set_title(f"L({var})")
             ax.scatter(single.x, single.L, facecolors="none", edgecolors="k", s=30, lw=0.8, label="points fitted")
         _grid(ax)
         _plain_y(ax)

@@ -117,20 +117,16 @@ def cache_dir() -> Path:
 
 
 def cached_measurement(cache: Path, name: str, measure) -> float:
-    """[profile] Shared with roofline.py's copy-bandwidth benchmark.
-
-    `measure()` once per machine and thread count, kept in the JSON file `cache` under `name`
-    (one file holds several figures; another machine's file is replaced)."""
+    """Runs `measure()` once per machine and torch thread count, and keeps the figure in the JSON file
+    `cache` as {machine key: {name: value}} (several figures, several thread counts, one file)."""
     key = f"{platform.node()}|{platform.processor()}|{os.cpu_count()}|{torch.get_num_threads()}"
-    try:
-        saved = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        saved = {}
-    if not isinstance(saved, dict) or saved.get("key") != key:
-        saved = {"key": key}
-    if isinstance(saved.get(name), (int, float)):
-        return float(saved[name])
-    saved[name] = value = float(measure())
+    saved = _read_cache(cache)
+    entry = saved.get(key) if isinstance(saved.get(key), dict) else {}
+    if isinstance(entry.get(name), (int, float)):
+        return float(entry[name])
+    value = float(measure())
+    saved = _read_cache(cache)  # another process may have added figures while this one measured
+    saved[key] = {**(saved.get(key) if isinstance(saved.get(key), dict) else {}), name: value}
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
@@ -139,6 +135,18 @@ def cached_measurement(cache: Path, name: str, measure) -> float:
     except OSError:
         pass
     return value
+
+
+def _read_cache(cache: Path) -> dict:
+    try:
+        doc = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    if isinstance(doc.get("key"), str):  # the first layout: one machine, {"key": ..., "fp32": ...}
+        return {doc["key"]: {k: v for k, v in doc.items() if k != "key"}}
+    return doc
 
 
 def _matmul_flops(n: int, dtype: torch.dtype) -> float:

@@ -167,6 +167,7 @@ class PlanHardware:
     memory_bytes: float
     price_per_hour: Optional[float]
     gpus_per_node: int
+    memory_bandwidth_gbs: Optional[float] = None  # for decode.py's bound on generation speed
 
 
 def planning_hardware(cfg: HardwareConfig, precision: PrecisionConfig) -> PlanHardware:
@@ -193,7 +194,13 @@ def planning_hardware(cfg: HardwareConfig, precision: PrecisionConfig) -> PlanHa
         memory_gb = psutil.virtual_memory().total / GB
     if memory_gb is None:
         raise ConfigError(f"hardware.memory_gb is null for hardware={cfg.name} (valid: the memory of one device in GB)")
-    return PlanHardware(cfg.name, cfg.device, peaks[key], key, memory_gb * GB, cfg.price_per_hour, cfg.gpus_per_node)
+    bandwidth = cfg.memory_bandwidth_gbs
+    if bandwidth is None and cfg.device == "cpu":  # measured once per machine, like the peak
+        from ablate.roofline import measured_cpu_bandwidth
+
+        bandwidth = measured_cpu_bandwidth() / 1e9
+    return PlanHardware(cfg.name, cfg.device, peaks[key], key, memory_gb * GB, cfg.price_per_hour, cfg.gpus_per_node,
+                        bandwidth)
 
 
 def peak_key(precision: PrecisionConfig) -> str:
@@ -557,6 +564,14 @@ class Plan:
     notes: tuple[str, ...] = ()
 
     @property
+    def decode(self) -> list:
+        """The memory-bandwidth bound on decode tokens/s (decode.py), 1 and batch_size sequences."""
+        from ablate import decode
+
+        return decode.plan_bounds(self.model, self.precision, self.hardware.memory_bandwidth_gbs,
+                                  self.model.block_size, self.plan.batch_size)
+
+    @property
     def binding(self) -> Constraint:
         return max(self.constraints, key=lambda c: c.ratio)
 
@@ -712,6 +727,7 @@ def plan_dict(p: Plan) -> dict:
         "binding": binding.corner, "binding_what": binding.what, "binding_ratio": binding.ratio,
         "binds": binding.ratio > 1, "binding_detail": binding.text,
         "constraints": [{**asdict(c), "ratio": c.ratio} for c in p.constraints],
+        "decode": _decode_entry(p),
         "notes": list(p.notes),
     }
 
@@ -784,8 +800,21 @@ def summary_rows(p: Plan) -> list[tuple[str, str]]:
                             f"({p.alternative.tokens_per_param:.1f} tokens/param) for C={p.alternative.C:.3g}"
                             + (f", loss {_loss(p.alternative.loss)}" if p.alternative.loss else "")),
         ("binding", _binding(p)),
+        _decode_row(p),
     ]
     return rows
+
+
+def _decode_entry(p: Plan):
+    from ablate import decode
+
+    return decode.plan_entry(p.decode)
+
+
+def _decode_row(p: Plan) -> tuple[str, str]:
+    from ablate import decode
+
+    return decode.plan_row(p.decode)
 
 
 def _no_master(precision: PrecisionConfig) -> str:

@@ -149,8 +149,11 @@ def _cpu_line(rows: list, launch_log: list[dict]) -> str:
         return ""
     cores = next((launch.get("cores") for launch in reversed(launch_log) if launch.get("cores")), 1)
     total = sum(measured)
-    return (f"The job processes used {total / 60:.1f} CPU-minutes ({len(measured)} of {len(rows)} jobs recorded, "
-            f"start-up included): about {total / 60 / cores:.1f} minutes on {cores} idle cores.")
+    if len(measured) < len(rows):
+        return (f"The job processes that recorded their CPU time used {total / 60:.1f} CPU-minutes "
+                f"({len(measured)} of {len(rows)} jobs, start-up included).")
+    return (f"The job processes used {total / 60:.1f} CPU-minutes (start-up included): about "
+            f"{total / 60 / cores:.1f} minutes on {cores} idle cores.")
 
 
 def _launch_row(launch: dict) -> str:

@@ -102,13 +102,13 @@ def ceilings_for(hw: Hardware, precision: PrecisionConfig) -> Ceilings | None:
 
 def catalogue_match(device_name: str) -> HardwareConfig | None:
     """The conf/hardware entry whose name appears in a CUDA device's name ("NVIDIA H200" -> h200)."""
-    import yaml
+    from omegaconf import OmegaConf
 
     from ablate.cli import CONF_DIR
 
     squashed = device_name.lower().replace(" ", "")
     for path in sorted((CONF_DIR / "hardware").glob("*.yaml")):
-        tree = yaml.safe_load(path.read_text()) or {}
+        tree = OmegaConf.to_container(OmegaConf.load(path))  # as Hydra reads it: 6.7e13 is a float
         if tree.get("device") == "cuda" and tree.get("peak_flops") and tree.get("name", "") in squashed:
             return build(HardwareConfig, tree, "hardware")
     return None

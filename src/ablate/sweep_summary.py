@@ -46,6 +46,7 @@ def summarize(sweep_dir: Path, info: dict) -> SweepSummary:
     uri = info.get("tracking_uri")
     _fill_from_mlflow(rows, uri)
     _compare_to_baseline(rows)
+    _add_profiles(rows, sweep_dir)
     table = format_table(rows, info.get("name", "sweep"))
     files = [
         write_json(sweep_dir / "summary.json", {"sweep_id": info.get("sweep_id"), "runs": rows}),
@@ -117,17 +118,32 @@ def _compare_to_baseline(rows: list) -> None:
         r["speedup"] = speed / base_speed if speed and base_speed else None
 
 
+def _add_profiles(rows: list, sweep_dir: Path) -> None:
+    """Runs launched with train.profile=true left a profile.json: which bound each hit (roofline.py)."""
+    if any((sweep_dir / str(r["job"]) / "profile.json").exists() for r in rows):
+        from ablate import roofline
+
+        roofline.annotate_rows(rows, sweep_dir)
+
+
 def format_table(rows: list, name: str) -> str:
+    """One row per run. The loss difference and speed-up against a baseline only where the runs
+    share a model size (a precision or attention sweep); across sizes they compare nothing."""
     base = next((r["baseline"] for r in rows if r.get("baseline")), "first run")
-    head = f"| run | status | params | tokens | FLOPs | val loss | Δ vs {base} | tokens/s | speed-up | MFU |"
-    lines = [f"## Sweep `{name}`", "", head, "|---|---|---|---|---|---|---|---|---|---|"]
+    compare = len({r.get("params") for r in rows if r.get("params")}) <= 1
+    cols = ["run", "status", "params", "tokens", "FLOPs", "val loss", *([f"Δ vs {base}"] if compare else []),
+            "tokens/s", *(["speed-up"] if compare else []), "MFU"]
+    lines = [f"## Sweep `{name}`", "", "| " + " | ".join(cols) + " |", "|---" * len(cols) + "|"]
     for r in rows:
-        lines.append(
-            f"| {r['label']} | {r['status']} | {_num(r.get('params'), ',')} | {_num(r.get('tokens') or None, ',')} | "
-            f"{_num(r.get('flops') or None, '.3g')} | {_num(r.get('final_val_loss'), '.4f')} | "
-            f"{_num(r.get('val_loss_delta'), '+.4f')} | {_num(r.get('tokens_per_s'), ',.0f')} | "
-            f"{_num(r.get('speedup'), '.2f', 'x')} | {_num(r.get('mfu'), '.2%')} |"
-        )
+        cells = [r["label"], r["status"], _num(r.get("params"), ","), _num(r.get("tokens") or None, ","),
+                 _num(r.get("flops") or None, ".3g"), _num(r.get("final_val_loss"), ".4f")]
+        if compare:
+            cells.append(_num(r.get("val_loss_delta"), "+.4f"))
+        cells.append(_num(r.get("tokens_per_s"), ",.0f"))
+        if compare:
+            cells.append(_num(r.get("speedup"), ".2f", "x"))
+        cells.append(_num(r.get("mfu"), ".2%"))
+        lines.append("| " + " | ".join(cells) + " |")
     grid = pivot_table(rows)
     if grid:
         lines += ["", grid]
@@ -141,6 +157,10 @@ def format_table(rows: list, name: str) -> str:
             "low-precision kernels are emulated. On GPUs with tensor cores (A100, H100, H200) the "
             "same policies run faster than fp32."
         )
+    if any((r.get("profile") or {}).get("bound") for r in rows):
+        from ablate import roofline
+
+        notes += roofline.bound_notes(rows)
     return "\n".join(lines + ([""] + notes if notes else []))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -74,7 +75,7 @@ def prepare(cfg: RunConfig) -> Prepared:
     check_fits(data, model_cfg.block_size)
     distributed.check(cfg, hw.device)  # batch must split across DDP ranks
     cfg = dataclasses.replace(cfg, model=model_cfg)
-    profiling.check_window(cfg.train, total_steps(cfg))  # [profile] the captured steps fit in the run
+    profiling.check_window(cfg.train, total_steps(cfg))  # the captured steps fit in the run
     return Prepared(cfg, hw, data, total_steps(cfg), config_hash(cfg, hw))
 
 
@@ -112,6 +113,12 @@ def run(
     resume_id = existing.run_id if existing and existing.status in ("RUNNING", "KILLED") else None
     if existing and existing.status == "FAILED" or (existing and existing.status == "FINISHED"):
         state = None  # an explicit retry or rerun starts from scratch in a new MLflow run
+    if state is not None and existing is None and state.get("mlflow_run_id"):
+        # The checkpoint belongs to an MLflow run this store does not have (a deleted or another
+        # store): its earlier metrics are gone, so the run starts again rather than half-recorded.
+        print(f"ablate: checkpoint in {state_dir} is for MLflow run {state['mlflow_run_id']}, which "
+              f"{cfg.tracking.uri} does not have; starting from step 0", file=sys.stderr)
+        state = None
     if state is not None and resume_id is None:
         resume_id = state.get("mlflow_run_id")
     tracker.start(
@@ -190,7 +197,7 @@ class Trainer:
         self.last_train_loss = float("nan")
         self.last_val_loss = float("nan")
         self.tokens_per_s = 0.0
-        # [profile] train.profile=true: torch.profiler over a few steps, rank 0 only (profiling.py)
+        # train.profile=true: torch.profiler over a few steps, rank 0 only (profiling.py)
         self.capture = (profiling.RunCapture(self.cfg.train, p.hardware, self.cfg.precision, out_dir)
                         if self.cfg.train.profile and distributed.is_main() else None)
 
@@ -231,7 +238,7 @@ class Trainer:
         try:
             while self.step < total:
                 t0 = time.perf_counter()
-                with profiling.around(self.capture, self.step):  # [profile]
+                with profiling.around(self.capture, self.step):
                     loss = self._train_step()
                 self.train_time += time.perf_counter() - t0
                 self.step += 1
@@ -254,7 +261,7 @@ class Trainer:
                     self._checkpoint()
                 if preemption.pending() and self.step < total:  # checkpoint, then requeue or go on
                     preemption.handle(self._save_for_signal, self.out_dir)
-                # [sweeps] not at the last step: _finish records final/* at that same step, and a
+                # not at the last step: _finish records final/* at that same step, and a
                 # flush marks every point at or below its step delivered (those would be dropped).
                 if self.step < total and time.perf_counter() - last_flush > cfg.flush_interval_s:
                     self.tracker.flush()
@@ -271,7 +278,7 @@ class Trainer:
         return self._finish("finished", "")
 
     def _train_step(self) -> torch.Tensor:
-        # [profile] profiling.phase names the parts of a step in a trace (forward, backward, ...)
+        # profiling.phase names the parts of a step in a trace (forward, backward, ...)
         c = self.cfg
         with profiling.phase("data"):
             x, y = get_batch(self.p.data.train, c.train.batch_size, c.model.block_size, c.train.seed, self.step, "train")
@@ -389,7 +396,7 @@ class Trainer:
                 "final/wall_s": result.wall_s,
             },
         )
-        if self.capture is not None:  # [profile] its figures and files, when captured in this process
+        if self.capture is not None:  # its figures and files, when captured in this process
             self.tracker.record(self.step, self.capture.metrics())
         self.artifacts = [path, *self._config_files(), *(self.capture.files if self.capture else [])]
         return result

@@ -41,6 +41,7 @@ class Diagnostics:
     n_starts_at_best: int  # starts whose first stage ended within SAME_BASIN_RTOL of the best objective
     residuals: np.ndarray  # (n,) log L_hat - log L at the returned theta
     message: str
+    warnings: tuple[str, ...] = ()  # what a converged fit does not determine (see _warnings)
 
     @property
     def rms_residual(self) -> float:
@@ -51,7 +52,7 @@ class Diagnostics:
                 "n_iter": self.n_iter, "n_starts": self.n_starts, "n_starts_converged": self.n_starts_converged,
                 "n_starts_at_best": self.n_starts_at_best, "rms_log_residual": self.rms_residual,
                 "max_abs_log_residual": float(np.abs(self.residuals).max()), "message": self.message,
-                "log_residuals": self.residuals.tolist()}
+                "warnings": list(self.warnings), "log_residuals": self.residuals.tolist()}
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def multistart(loss: LseHuber, starts: np.ndarray, tol: Tolerances, pool: Thread
     n_iter = int(stage1.n_iter[order[best]] + polished.n_iter[best])
     converged, message = _verdict(loss, theta, bool(tol.accepted(polished)[best]), n_iter, grad_norm, tol)
     diag = Diagnostics(converged, f_best, grad_norm, n_iter, len(starts), int(stage1.converged.sum()), at_best,
-                       loss.residuals(theta), message)
+                       loss.residuals(theta), message, _warnings(loss, theta) if converged else ())
     return Solution(theta, diag, stage1)
 
 
@@ -121,3 +122,13 @@ def _verdict(loss: LseHuber, theta: np.ndarray, accepted: bool, n_iter: int, gra
         return False, (f"DID NOT CONVERGE: stopped on a plateau where term {j + 1} (A x^-alpha) is at most "
                        f"{peak[j]:.1g} of the loss at every point")
     return True, "converged"
+
+
+def _warnings(loss: LseHuber, theta: np.ndarray, min_share: float = 1e-4) -> tuple[str, ...]:
+    """An irreducible term E below min_share of the loss at every point sits at its lower bound 0: the
+    fit is a minimum, but the data do not show a floor, so E says nothing about the true one."""
+    peak = float(loss.shares(theta)[0].max())
+    if peak >= min_share:
+        return ()
+    return (f"E is at its lower bound: at most {peak:.1g} of the loss at every point, so these data do not "
+            "determine the irreducible loss (they lie too far above it, or do not follow the law's form)",)
