@@ -1,8 +1,12 @@
 """Trainer overhead, measured as ratios within one process (the machines are shared and noisy).
 
-1. Throughput: the trainer's tokens/s against a bare loop of the same model, optimizer and batches.
-   Target >= 0.95x.
+1. Throughput: the trainer's tokens/s (its whole wall time, set-up to final checkpoint) against a
+   bare loop of the same model, optimizer and batches that also runs the trainer's one final
+   evaluation. Target >= 0.95x.
 2. Tracking: a ~30 s run with tracking=mlflow against tracking=none. Target: overhead <= 3%.
+
+Each arm runs several times, alternating; the figure compares the fastest run of each arm, since
+on a shared machine interference only ever adds time.
 
 Writes benchmarks/results/train.json.
 """
@@ -47,7 +51,17 @@ def bare_loop(cfg, data, steps: int) -> float:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
+    evaluate(model, cfg, data)  # the trainer evaluates once, at its last step
     return steps * B * T / (time.perf_counter() - t0)
+
+
+@torch.no_grad()
+def evaluate(model, cfg, data) -> float:
+    model.eval()
+    B, T = cfg.train.batch_size, cfg.model.block_size
+    losses = [model(*get_batch(data.val, B, T, cfg.train.seed, i, "val"))[1].item() for i in range(cfg.train.eval_batches)]
+    model.train()
+    return sum(losses) / len(losses)
 
 
 def trainer_tokens_per_s(tmp: Path, steps: int, tag: str) -> float:
@@ -57,27 +71,31 @@ def trainer_tokens_per_s(tmp: Path, steps: int, tag: str) -> float:
     return result.tokens / result.wall_s
 
 
-def throughput(tmp: Path, steps: int = 150, repeats: int = 3) -> dict:
+def throughput(tmp: Path, steps: int = 300, repeats: int = 5) -> dict:
     cfg = train.prepare(run_config(tmp / "bare", model="micro", **{"train.steps": steps})).cfg
     from ablate.data import load_data
 
     data = load_data(cfg.data)
     bare, trainer = [], []
-    for i in range(repeats):
+    for i in range(repeats):  # alternating which arm goes first
+        if i % 2:
+            trainer.append(trainer_tokens_per_s(tmp, steps, f"t{i}"))
         bare.append(bare_loop(cfg, data, steps))
-        trainer.append(trainer_tokens_per_s(tmp, steps, f"t{i}"))
-    ratio = statistics.median(t / b for t, b in zip(trainer, bare))
-    return {"bare_tokens_per_s": bare, "trainer_tokens_per_s": trainer, "ratio_median": ratio,
+        if not i % 2:
+            trainer.append(trainer_tokens_per_s(tmp, steps, f"t{i}"))
+    ratio = max(trainer) / max(bare)
+    return {"bare_tokens_per_s": bare, "trainer_tokens_per_s": trainer, "ratio_best": ratio,
+            "ratio_median_of_pairs": statistics.median(t / b for t, b in zip(trainer, bare)),
             "target": ">= 0.95", "met": ratio >= 0.95, "model": "micro", "steps": steps}
 
 
-def tracking_overhead(tmp: Path, seconds: float = 30.0, repeats: int = 2) -> dict:
+def tracking_overhead(tmp: Path, seconds: float = 30.0, repeats: int = 3) -> dict:
     probe = run_config(tmp / "probe", model="micro", **{"train.steps": 40})
     rate = train.run(probe, tmp / "probe" / "out").train_s / 40
     steps = max(50, int(seconds / rate))
     walls = {"mlflow": [], "none": []}
     for i in range(repeats):
-        for backend in ("none", "mlflow"):
+        for backend in ("none", "mlflow") if i % 2 == 0 else ("mlflow", "none"):
             d = tmp / f"{backend}{i}"
             cfg = run_config(d, tracking=backend, model="micro", **{"train.steps": steps, "train.seed": i})
             if backend == "mlflow":

@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -81,6 +82,62 @@ def test_bad_input(request, tmp_path, args, words):
     # the only thing a rejected command may leave is its own Hydra run dir
     assert {p.name for p in cwd.iterdir()} <= {"outputs", "multirun"}
     assert not (cwd / "mlflow.db").exists()
+
+
+# The fit and plan commands: the same rules. CSV placeholders are written by _points_files.
+CSV_OK = "params,tokens,loss\n" + "".join(f"{n:g},{d:g},{2 + 1e3 / n**0.3 + 1e3 / d**0.3:.4f}\n"
+                                          for n in (1e6, 4e6, 1.6e7) for d in (1e8, 4e8))
+OTHER_BAD = [
+    ("ablate.fit", [], "neither given"),
+    ("ablate.fit", ["experiment=x", "points=OK"], "both given"),
+    ("ablate.fit", ["points=/nonexistent/points.csv"], "no such file"),
+    ("ablate.fit", ["points=NOCOLUMN"], "missing column(s) tokens"),
+    ("ablate.fit", ["points=NEGATIVE"], "is -1000000.0"),
+    ("ablate.fit", ["points=ONESIZE"], "all points at one N"),
+    ("ablate.fit", ["points=OK", "n_boot=-1"], "n_boot=-1"),
+    ("ablate.fit", ["points=OK", "nboot=10"], "unknown key nboot"),
+    ("ablate.fit", ["experiment=nonexistent", "tracking.uri=sqlite:///STORE"], "nonexistent"),
+    ("ablate.plan", ["model=gpt_1p5b", "budget.tokens=-5"], "budget.tokens=-5.0 must be positive"),
+    ("ablate.plan", ["model=gpt_1p5b", "budget.flops=1e21", "budget.dollars=100"], "conflict"),
+    ("ablate.plan", ["model=gpt_1p5b", "hardware=tpu", "budget.tokens=1e11"], "hardware=tpu"),
+    ("ablate.plan", ["model=gpt_1p5b", "precision=fp8", "hardware=a100", "budget.tokens=1e11"], "8.9"),
+    ("ablate.plan", ["model=gpt_1p5b", "budget.tokens=1e11", "gpus=0"], "gpus=0"),
+    ("ablate.plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=/nonexistent/fit.json"], "/nonexistent/fit.json"),
+]
+
+
+def _points_files(args: list[str], tmp: Path) -> list[str]:
+    files = {
+        "OK": CSV_OK,
+        "NOCOLUMN": "params,loss\n1e6,3.0\n",
+        "NEGATIVE": CSV_OK.replace("\n1e+06,", "\n-1e+06,", 1),
+        "ONESIZE": "params,tokens,loss\n" + "".join(f"1e6,{d:g},{2 + 1e3 / d**0.3:.4f}\n" for d in 2.0 ** np.arange(20, 28)),
+    }
+    out = []
+    for a in args:
+        key, _, value = a.partition("=")
+        if value in files:
+            (tmp / f"{value.lower()}.csv").write_text(files[value])
+            a = f"{key}={tmp / (value.lower() + '.csv')}"
+        out.append(a.replace("STORE", str(tmp / "store.db")))
+    return out
+
+
+@pytest.mark.parametrize("module, args, words", OTHER_BAD, ids=[f"{m} {' '.join(a)}" for m, a, _ in OTHER_BAD])
+def test_bad_input_to_fit_and_plan(request, tmp_path, module, args, words):
+    inputs, cwd = tmp_path / "inputs", tmp_path / "cwd"
+    inputs.mkdir(), cwd.mkdir()
+    if module == "ablate.fit" and any("STORE" in a for a in args):
+        MlflowClient(f"sqlite:///{inputs / 'store.db'}").create_experiment("scaling")  # a store, without that experiment
+    case = f"`python -m {module} {' '.join(args)}`"
+    reliability.record(request, "bad_input", case, "")
+    proc = cli(_points_files(args, inputs), cwd, module=module)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    reliability.record(request, "bad_input", case, f"exit {proc.returncode}: {lines[-1] if lines else '(nothing)'}")
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], proc.stderr
+    assert not list(cwd.iterdir())  # no export, no plan, no store
 
 
 # -- kill -9 ------------------------------------------------------------------------------------

@@ -156,7 +156,6 @@ def task(cfg) -> dict:
         fc = parse_fit(OmegaConf.to_container(cfg, resolve=True))
         inputs = load_inputs(fc)
         check_held_out(fc.held_out, len(inputs.points))
-        print(inputs.source, file=sys.stderr)
         started = time.perf_counter()
         single = ("N", "N_non_embedding", "D", "C") if inputs.points.N_non_embedding is not None else ("N", "D", "C")
         target = fc.target.as_kwargs()
@@ -165,6 +164,7 @@ def task(cfg) -> dict:
                          single=single, held_out_boot=fc.n_boot, on_stage=StageBar())
     except (ConfigError, FitInputError) as exc:
         fail(str(exc))
+    print(inputs.source, file=sys.stderr)  # after the fit, so that a rejected input is one line
     files = export_fit(report, fc.out_dir)
     converged = report.approach3.diagnostics.converged
     print(summary_text(report))

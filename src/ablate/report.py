@@ -160,7 +160,8 @@ def _launch_row(launch: dict) -> str:
     started = launch.get("started")
     when = datetime.datetime.fromtimestamp(started, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M") if started else "-"
     wall = launch.get("wall_s")
-    planned = ", ".join(f"{v} {k}" for k, v in sorted((launch.get("planned") or {}).items()))
+    words = {"run": "to run", "resume": "to resume", "skip": "skipped", "unsupported": "unsupported"}
+    planned = ", ".join(f"{v} {words.get(k, k)}" for k, v in sorted((launch.get("planned") or {}).items()))
     outcome = ", ".join(f"{v} {k}" for k, v in sorted((launch.get("statuses") or {}).items()))
     return (f"| `{launch.get('sweep_id', '?')}` | {when} | {wall / 60:.1f} min | {planned or '-'} | {outcome or '-'} | "
             f"{launch.get('host', '?')}, {launch.get('cores', '?')} |" if wall is not None else
