@@ -15,9 +15,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ablate.ui import server_command, server_env
+import reliability
 from conftest import SMALL_DATA, cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
 ARGS = ["model=nano", "train.steps=300", "train.log_interval=5", "train.eval_interval=100",
         "train.flush_interval_s=0.2", "train.checkpoint_interval=1000", "train.progress=false", *SMALL_DATA]
@@ -81,7 +82,9 @@ def start_training(workdir: Path, uri: str):
     return proc, workdir / "train.log"
 
 
-def test_outage_mid_run_is_bridged_by_the_buffer(workdir):
+def test_outage_mid_run_is_bridged_by_the_buffer(request, workdir):
+    case = "`mlflow server` stopped mid-run, started again while the run goes on"
+    reliability.record(request, "fault", case, "")
     server = Server(workdir / "store.db", free_port())
     server.start()
     proc, log = start_training(workdir, server.uri)
@@ -102,12 +105,16 @@ def test_outage_mid_run_is_bridged_by_the_buffer(workdir):
         assert run.info.status == "FINISHED"
         assert steps == list(range(5, 301, 5))
         assert "reachable again" in log.read_text()
+        reliability.record(request, "fault", case, f"training went on; {len(steps)} of 60 train/loss points "
+                                                   "delivered after the restart; run FINISHED")
     finally:
         proc.kill()
         server.stop() if server.proc.poll() is None else None
 
 
-def test_run_ending_during_an_outage_is_spooled_then_synced(workdir):
+def test_run_ending_during_an_outage_is_spooled_then_synced(request, workdir):
+    case = "`mlflow server` stopped mid-run and down when the run ends, then `python -m ablate.sync`"
+    reliability.record(request, "fault", case, "")
     server = Server(workdir / "store.db", free_port())
     server.start()
     proc, log = start_training(workdir, server.uri)
@@ -125,6 +132,8 @@ def test_run_ending_during_an_outage_is_spooled_then_synced(workdir):
         assert steps == list(range(5, 301, 5))
         assert not list((workdir / ".ablate" / "state" / "spool").glob("*.json"))
         assert "result.json" in {a.path for a in MlflowClient(server.uri).list_artifacts(run.info.run_id)}
+        reliability.record(request, "fault", case, f"spooled, then synced: {len(steps)} of 60 train/loss points, "
+                                                   "result.json, run FINISHED")
     finally:
         proc.kill()
         server.stop() if server.proc.poll() is None else None
