@@ -35,6 +35,16 @@ def test_bad_input_is_one_clear_line(workdir, args, words):
     assert "RUNNING" not in run_statuses(workdir / "mlflow.db")
 
 
+def test_a_token_budget_on_the_command_line_replaces_the_default_steps(workdir):
+    proc = cli(["model=nano", "train.tokens=3000", "train.eval_interval=1", "tracking=none", *SMALL_DATA,
+                "train.progress=false"], workdir)
+    assert proc.returncode == 0, proc.stderr
+    (result,) = workdir.glob("outputs/*/*/result.json")
+    assert json.loads(result.read_text())["tokens"] == 3 * 16 * 64  # ceil(3000 / 1024 tokens per step)
+    both = cli(["train.tokens=3000", "train.steps=5", *SMALL_DATA], workdir)
+    assert both.returncode == 2 and "exactly one training budget is needed" in both.stderr
+
+
 @pytest.mark.slow
 def test_precision_sweep_end_to_end(workdir):
     proc = cli(["+sweep=precision", "model=nano", "train.steps=20", "train.eval_interval=10",

@@ -33,7 +33,7 @@ TRAIN_BAD = [
     (["optim.weight_decay=-1"], "optim.weight_decay=-1"),
     (["train.steps=0"], "train.steps=0"),
     (["train.steps=-5"], "train.steps=-5"),
-    (["train.tokens=1e6"], "exactly one training budget"),
+    (["train.tokens=1e6", "train.steps=100"], "exactly one training budget"),
     (["train.steps=null"], "exactly one training budget"),
     (["train.batch_size=0"], "train.batch_size=0"),
     (["model.block_size=300000"], "model.block_size=300000"),

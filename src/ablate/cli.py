@@ -22,9 +22,21 @@ def hydra_main(task: Callable, config_name: str) -> None:
 
     if not (CONF_DIR / f"{config_name}.yaml").is_file():
         fail(f"no {config_name}.yaml in {CONF_DIR} (valid: run from a checkout installed with `make install`, or set ABLATE_CONF)")
+    if config_name == "config":
+        sys.argv += budget_override(sys.argv[1:])
     if not os.environ.get("HYDRA_FULL_ERROR"):
         precheck([a for a in sys.argv[1:] if not a.startswith("-")], config_name)
     hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(task)()
+
+
+def budget_override(args: list[str]) -> list[str]:
+    """A run has exactly one budget and the default one is train.steps: `train.tokens=...` or
+    `train.flops=...` on the command line, without train.steps, replaces it (["train.steps=null"])."""
+    keys = {a.split("=", 1)[0].lstrip("+~"): a.split("=", 1)[1] for a in args if "=" in a and not a.startswith("-")}
+    if "train.steps" in keys:
+        return []
+    given = [k for k in ("train.tokens", "train.flops") if keys.get(k, "null") != "null"]
+    return ["train.steps=null"] if given else []
 
 
 def precheck(args: list[str], config_name: str) -> None:
