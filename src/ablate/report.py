@@ -66,8 +66,11 @@ def refresh(study_dir: Path, study: dict) -> Path:
     if not info:
         fail(f"{sweep_dir} holds no recorded sweep (valid: run `python -m ablate.report {_relative(study_dir)} --run` first)")
     # The store recorded in sweep.json is an absolute path on the machine that ran it.
-    info["tracking_uri"] = f"sqlite:///{(study_dir / STORE).resolve()}"
-    if "experiment" not in info and info.get("experiment_id"):
+    # The store is run output and stays out of git: on a fresh clone the README is rebuilt from
+    # the job dirs alone (the training-curve plot needs the store and is kept as last drawn).
+    store = study_dir / STORE
+    info["tracking_uri"] = f"sqlite:///{store.resolve()}" if store.is_file() else None
+    if info["tracking_uri"] and "experiment" not in info and info.get("experiment_id"):
         from mlflow.tracking import MlflowClient
 
         info["experiment"] = MlflowClient(info["tracking_uri"]).get_experiment(info["experiment_id"]).name
