@@ -3,39 +3,73 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# Two test processes (tests/conftest.py gives each its share of the cores and keeps the SLURM and
+# load tests off each other); XDIST= runs the suite in one process.
+XDIST ?= -n 2 --dist loadgroup
 
-.PHONY: install demo test test-fast ui bench slurm-start slurm-stop clean
+.PHONY: install lint format demo test test-fast ui bench bench-quick bench-deps slurm-start slurm-stop clean
 
 install: $(VENV)/.installed
 
 # torch==2.13.0 first: on these machines it is the CPU build on local disk; a bare `torch`
 # would pull a multi-GB CUDA build.
+# pip's output goes to .venv/install.log (shown only if the install fails): a machine's pip
+# configuration can make it warn about every package it looks up.
 $(VENV)/.installed: pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
-	touch $@
+	@echo "installing into $(VENV) (torch, MLflow, Hydra, ...; a few minutes the first time; log: $(VENV)/install.log)"
+	@python3 -m venv $(VENV)
+	@( $(PY) -m pip install -q --disable-pip-version-check --upgrade pip \
+	  && $(PY) -m pip install -q --disable-pip-version-check torch==2.13.0 \
+	  && $(PY) -m pip install -q --disable-pip-version-check -e '.[dev]' ) > $(VENV)/install.log 2>&1 \
+	  || { tail -n 30 $(VENV)/install.log; echo "error: the install failed (full log: $(VENV)/install.log)"; exit 1; }
+	@touch $@
 
+# The precision policies on one small model, two runs at a time; ends with the table, the plots
+# and where to look next. DEMO_ARGS adds overrides (e.g. DEMO_ARGS=train.steps=400).
+DEMO_ARGS ?=
 demo: install
-	$(PY) -m ablate +sweep=precision
+	@$(PY) -m ablate +sweep=precision hydra/launcher=parallel $(DEMO_ARGS)
 
-# Starts the services the tests use (a local SLURM cluster), then runs every test.
-test: install
+# Starts the services the tests use (a local SLURM cluster), then runs every test, the 25 slowest
+# listed last; a test whose service is missing fails here (ABLATE_REQUIRE_SERVICES=1) instead of skipping.
+test: install lint
 	bash scripts/install_test_deps.sh
 	bash scripts/slurm_cluster.sh start
-	ABLATE_WRITE_RELIABILITY=1 $(PY) -m pytest $(PYTEST_ARGS)
+	ABLATE_WRITE_RELIABILITY=1 ABLATE_REQUIRE_SERVICES=1 $(PY) -m pytest $(XDIST) --durations=25 $(PYTEST_ARGS)
+
+# ruff keeps the style (pyproject.toml [tool.ruff]); `make format` applies it.
+lint: install
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+format: install
+	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks
 
 test-fast: install
-	$(PY) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not slurm" $(XDIST) $(PYTEST_ARGS)
 
 ui: install
-	$(PY) -m ablate.ui --store $(CURDIR)/mlflow.db
+	$(PY) -m ablate ui --store $(CURDIR)/mlflow.db
 
-bench: install
+# The recorded figures (benchmarks/results/*.json), each benchmark printing its table: run it on a
+# quiet machine (about an hour on 2 cores). bench-quick checks the same code paths at small scale
+# in minutes (benchmarks/results/quick/).
+bench: bench-deps
 	$(PY) benchmarks/bench_train.py
 	$(PY) benchmarks/bench_sweep.py
 	$(PY) benchmarks/bench_fit.py
+	$(PY) benchmarks/bench_backtest.py
+
+bench-quick: bench-deps
+	$(PY) benchmarks/bench_train.py --quick
+	$(PY) benchmarks/bench_sweep.py --quick
+
+bench-deps: $(VENV)/.bench-installed
+
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
+	touch $@
 
 slurm-start:
 	bash scripts/slurm_cluster.sh start

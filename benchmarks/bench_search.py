@@ -31,17 +31,29 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "src"))
 
-from ablate.sweep import write_json  # noqa: E402
+from ablate.files import write_json  # noqa: E402
 
 PRUNERS = ("none", "median", "hyperband")
 N_TRIALS = 16
 OVERRIDES = [
-    "model.block_size=32", "train.batch_size=16", "train.steps=150", "train.eval_interval=15",
-    "train.eval_batches=4", "train.seed=0", "train.progress=false", "train.checkpoint_interval=1000",
-    "data.n_words=500", "data.train_tokens=200000", "data.val_tokens=20000",
+    "model.block_size=32",
+    "train.batch_size=16",
+    "train.steps=150",
+    "train.eval_interval=15",
+    "train.eval_batches=4",
+    "train.seed=0",
+    "train.progress=false",
+    "train.checkpoint_interval=1000",
+    "data.n_words=500",
+    "data.train_tokens=200000",
+    "data.val_tokens=20000",
     "hydra.sweeper.params.optim.lr='tag(log, interval(1e-4, 1e-1))'",
-    f"hydra.sweeper.n_trials={N_TRIALS}", "hydra.sweeper.n_jobs=1", "hydra.sweeper.seed=0", "hydra.sweeper.sampler=random",
-    "hydra.sweeper.pruners.hyperband.min_resource=15", "hydra.sweeper.pruners.hyperband.max_resource=150",
+    f"hydra.sweeper.n_trials={N_TRIALS}",
+    "hydra.sweeper.n_jobs=1",
+    "hydra.sweeper.seed=0",
+    "hydra.sweeper.sampler=random",
+    "hydra.sweeper.pruners.hyperband.min_resource=15",
+    "hydra.sweeper.pruners.hyperband.max_resource=150",
 ]
 MAX_GAP, MAX_STEPS = 0.01, 0.60
 
@@ -50,8 +62,13 @@ def run_study(pruner: str, workdir: Path) -> dict:
     workdir.mkdir(parents=True)
     t0 = time.perf_counter()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "ablate", "+sweep=lr", f"hydra.sweeper.pruner={pruner}", *OVERRIDES],
-                          cwd=workdir, capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ablate", "+sweep=lr", f"hydra.sweeper.pruner={pruner}", *OVERRIDES],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"the study with pruner={pruner} failed:\n{proc.stderr[-3000:]}")
     data = json.loads((workdir / "studies" / "lr" / "trials.json").read_text())
@@ -91,8 +108,14 @@ def plot(studies: dict, path: Path) -> Path:
     markers = {"none": "o", "median": "s", "hyperband": "^"}
     for name, s in studies.items():
         xs, ys = anytime(s["trials"])
-        left.step(xs, ys, where="post", marker=markers.get(name, "o"), markersize=3,
-                  label=f"{name}: best {s['best_val_loss']:.4f}, {s['steps_spent']:,} steps")
+        left.step(
+            xs,
+            ys,
+            where="post",
+            marker=markers.get(name, "o"),
+            markersize=3,
+            label=f"{name}: best {s['best_val_loss']:.4f}, {s['steps_spent']:,} steps",
+        )
         lrs = [t["params"]["optim.lr"] for t in s["trials"]]
         right.scatter(lrs, [t["steps"] or 0 for t in s["trials"]], marker=markers.get(name, "o"), alpha=0.7, label=name)
     left.set_xlabel("training steps spent by the study")
@@ -103,7 +126,7 @@ def plot(studies: dict, path: Path) -> Path:
     base = studies["none"]["trials"]
     twin = right.twinx()
     pts = sorted((t["params"]["optim.lr"], t["value"]) for t in base if t["value"] is not None)
-    twin.plot(*zip(*pts), color="gray", linewidth=1, linestyle="--")
+    twin.plot(*zip(*pts, strict=False), color="gray", linewidth=1, linestyle="--")
     twin.set_ylabel("final val loss without pruning (dashed)", color="gray")
     right.set_xscale("log")
     right.set_xlabel("learning rate")
@@ -134,10 +157,17 @@ def main() -> None:
         s = studies[name]
         gap = (s["best_val_loss"] - base["best_val_loss"]) / base["best_val_loss"]
         fraction = s["steps_spent"] / base["steps_spent"]
-        comparisons[name] = {"best_val_loss_gap": gap, "steps_fraction": fraction,
-                             "within_1pct": gap <= MAX_GAP, "at_most_60pct_steps": fraction <= MAX_STEPS}
+        comparisons[name] = {
+            "best_val_loss_gap": gap,
+            "steps_fraction": fraction,
+            "within_1pct": gap <= MAX_GAP,
+            "at_most_60pct_steps": fraction <= MAX_STEPS,
+        }
     results = {
-        "n_trials": N_TRIALS, "overrides": OVERRIDES, "studies": studies, "vs_no_pruning": comparisons,
+        "n_trials": N_TRIALS,
+        "overrides": OVERRIDES,
+        "studies": studies,
+        "vs_no_pruning": comparisons,
         "targets": {"best_val_loss_gap_max": MAX_GAP, "steps_fraction_max": MAX_STEPS},
         "wall_s": time.perf_counter() - t0,
         "machine": {"python": platform.python_version(), "threads_per_run": 1},
@@ -147,8 +177,10 @@ def main() -> None:
     plot(studies, RESULTS / "search.png")
     print(f"no pruning: best val loss {base['best_val_loss']:.4f} in {base['steps_spent']:,} steps")
     for name, c in comparisons.items():
-        print(f"{name}: best {studies[name]['best_val_loss']:.4f} ({c['best_val_loss_gap']:+.2%}), "
-              f"{c['steps_fraction']:.0%} of the steps")
+        print(
+            f"{name}: best {studies[name]['best_val_loss']:.4f} ({c['best_val_loss_gap']:+.2%}), "
+            f"{c['steps_fraction']:.0%} of the steps"
+        )
     print(f"wrote {RESULTS / 'search.json'} and search.png in {results['wall_s']:.0f} s")
 
 

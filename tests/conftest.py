@@ -1,72 +1,160 @@
-"""Shared helpers: small configs built from the real presets, and the command line in a subprocess."""
+"""Shared set-up as fixtures: configs built from the real presets, the command line, MLflow stores
+and servers, a PostgreSQL cluster, the local SLURM cluster. Test files take these as arguments and
+never import this file or each other; constants live in tests/support.py."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import glob
 import os
+import pwd
+import shutil
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import yaml
 
-from ablate.config import build, parse_run
-
-ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
-
-# A small language (500 words) keeps data generation and evaluation quick in tests.
-SMALL_DATA = ["data.n_words=500", "data.train_tokens=200000", "data.val_tokens=20000"]
+from support import DATA, TRUE_LAW
+from support import run_config as support_run_config
 
 
-def preset(group: str, name: str) -> dict:
-    return yaml.safe_load((CONF / group / f"{name}.yaml").read_text())
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-def run_config(tmp_path: Path, tracking: str = "none", **overrides):
-    """A RunConfig from the real presets, tiny by default; overrides as {"train.steps": 10}."""
-    tree = {
-        "model": preset("model", "nano"),
-        "data": preset("data", "synthetic"),
-        "precision": preset("precision", "fp32"),
-        "hardware": preset("hardware", "cpu"),
-        "optim": preset("optim", "adamw"),
-        "train": preset("train", "default"),
-        "tracking": preset("tracking", tracking),
-        "state_dir": str(tmp_path / "state"),
-    }
-    tree["data"].update(n_words=500, train_tokens=200_000, val_tokens=20_000)
-    tree["train"].update(steps=20, eval_interval=10, log_interval=5, progress=False)
-    if tracking == "mlflow":
-        tree["tracking"]["uri"] = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    for key, value in overrides.items():
-        section, _, leaf = key.partition(".")
-        if leaf:
-            tree[section][leaf] = value
-        elif isinstance(value, str) and section in ("model", "precision", "hardware", "data"):
-            tree[section] = preset(section, value)
-        else:
-            tree[section] = value
-    return parse_run(tree)
+# -- the session: threads, xdist groups, order ---------------------------------------------------
 
 
-def cli(args: list[str], cwd: Path, timeout: float = 600, env: dict | None = None, module: str = "ablate"):
-    """Run `python -m ablate ARGS` in cwd; returns the CompletedProcess (text)."""
-    full_env = {**os.environ, "HYDRA_FULL_ERROR": "", **(env or {})}
-    full_env.pop("HYDRA_FULL_ERROR")
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env,
-    )
+def pytest_configure(config):
+    """One share of the cores per test process. torch's OpenMP threads spin while they wait: on 2
+    busy cores a 20-step nano run with 2 threads took 20x the CPU time of the same run with 1. Set
+    here, before any test module imports torch, in the process that starts the xdist workers (they
+    inherit it, as does every process a test starts; a sweep's launcher sets its jobs' own).
+    OMP_WAIT_POLICY=PASSIVE: a waiting thread sleeps instead of spinning, for the jobs that get 2."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or getattr(config.option, "numprocesses", None) or 1)
+    threads = str(max(1, len(os.sched_getaffinity(0)) // workers))
+    for key, value in (("OMP_NUM_THREADS", threads), ("MKL_NUM_THREADS", threads), ("OMP_WAIT_POLICY", "PASSIVE")):
+        os.environ.setdefault(key, value)
 
 
-def run_statuses(db: Path) -> list[str]:
-    """Statuses of every run in a sqlite MLflow store, read directly from the database."""
-    if not db.exists():
-        return []
-    with sqlite3.connect(db) as con:
-        return [row[0] for row in con.execute("SELECT status FROM runs")]
+# Where tests run under pytest-xdist (`make test`: two worker processes, --dist loadgroup):
+# - `slurm`: one after another on one worker (the xdist group "slurm"): the local cluster has 2 CPUs
+#   for all of them, and they time its scheduling. Tests of other kinds run beside them.
+# - `alone` and `load`: nothing else runs while one of these does, on any worker (a file lock, below):
+#   tests that measure speed, bandwidth or latency, and tests that start 8 to 16 training processes
+#   (beside those, another test would only crawl and its timeouts would be what fails).
+# - a test that uses a module-scoped fixture runs on the same worker as the other tests of its
+#   module that do (the group "module:PATH"): the fixture (a
+#   finished sweep, a reference run, a store) is made once, not once per worker.
+# A test file never sets xdist_group itself: pytest-xdist joins every group name an item carries
+# into a new group, which would take a `slurm` test out of the one the others share.
+ALONE = ("alone", "load")
+
+
+def xdist_group(item) -> str | None:
+    if item.get_closest_marker("slurm"):
+        return "slurm"
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info else ():
+        if any(fixturedef.scope in ("module", "class", "package") for fixturedef in defs):
+            return f"module:{item.nodeid.split('::')[0]}"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Groups as above; then the order: SLURM tests (the longest group), tests that run alone, the
+    other slow ones, the rest, each in collection order, so that 2 workers finish together. Every
+    test marked `ledger(section, case)` has its row from here on (tests/reliability.py), before -m
+    and -k deselect: a deselected row reads "not run"."""
+    import reliability
+
+    for item in items:
+        reliability.register(item)
+        group = xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+    def rank(item) -> int:
+        if item.get_closest_marker("slurm"):
+            return 0
+        if any(item.get_closest_marker(m) for m in ALONE):
+            return 1
+        return 2 if item.get_closest_marker("slow") else 3
+
+    items.sort(key=rank)  # stable
+
+
+class _Room:
+    """Two flock(2) files that all the workers of one session share. Every test passes the gate,
+    then holds the room shared; a test that runs alone holds the gate and the room exclusively, so
+    that the other workers stop at the gate before their next test (they do not starve it) and it
+    starts once the tests already running have ended. The kernel drops the locks of a process that
+    dies, so a crashed worker blocks nobody."""
+
+    def __init__(self, folder: Path):
+        self.gate = open(folder / "ablate-gate.lock", "a+")  # noqa: SIM115 (held for the session)
+        self.room = open(folder / "ablate-room.lock", "a+")  # noqa: SIM115
+
+    @contextlib.contextmanager
+    def enter(self, alone: bool):
+        fcntl.flock(self.gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(self.gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.room, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(self.gate, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: the wait is not part of the test's timeout
+def pytest_runtest_protocol(item, nextitem):
+    config = item.config
+    if not hasattr(config, "workerinput"):  # one process: nothing runs beside anything
+        return (yield)
+    room = getattr(config, "_ablate_room", None)
+    if room is None:
+        # basetemp of an xdist worker is SESSION/popen-gwN: the session's folder is shared by its workers
+        room = config._ablate_room = _Room(config._tmp_path_factory.getbasetemp().parent)
+    with room.enter(alone=any(item.get_closest_marker(m) for m in ALONE)):
+        return (yield)
+
+
+# -- configs and the command line ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def torch_threads():
+    """torch_threads(n): a context manager that sets torch's intra-op threads to n for a block."""
+
+    @contextmanager
+    def threads(n: int):
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+    return threads
 
 
 @pytest.fixture
@@ -75,17 +163,380 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(scope="session")
+def mlflow_store_template(tmp_path_factory) -> Path:
+    """An empty sqlite MLflow store with its schema made, once per test process: creating the schema
+    (MLflow's migrations) costs about 2 s of CPU, a copy of the file a few milliseconds."""
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path_factory.mktemp("store-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture(scope="session")
+def run_config(mlflow_store_template):
+    """run_config(path, tracking="none", **overrides): a RunConfig from the real presets, tiny by
+    default (support.run_config, which the benchmarks use too). With tracking="mlflow" its store is
+    path/mlflow.db, an empty store with its schema made unless the file is there already (tests of a
+    store's creation run the command line on a fresh directory)."""
+
+    def build(path: Path, tracking: str = "none", **overrides):
+        if tracking == "mlflow" and not (path / "mlflow.db").exists():
+            path.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(mlflow_store_template, path / "mlflow.db")
+        return support_run_config(path, tracking, **overrides)
+
+    return build
+
+
+# Commands that start processes of their own: these run as a user runs them, in a subprocess.
+OWN_PROCESSES = {"study", "submit", "ui"}
+# ABLATE_TESTS_CLI=process: every command in a subprocess (to tell a test's failure from in-process state).
+ALWAYS_A_PROCESS = os.environ.get("ABLATE_TESTS_CLI") == "process"
+
+
+def starts_processes(args: list[str], command: str | None) -> bool:
+    """A sweep (its launcher starts the jobs), a study, `ablate ui`, or DDP ranks."""
+    if command in OWN_PROCESSES:
+        return True
+    for arg in args:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if arg in ("--multirun", "-m") or key in ("sweep", "hydra/launcher", "hydra/sweeper"):
+            return True
+        if key == "hardware.gpus_per_node" and value.isdigit() and int(value) > 1:
+            return True
+    return False
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """cli(args, cwd, timeout=600, env=None, command=None, process=None): `ablate [COMMAND] ARGS` in cwd;
+    returns the CompletedProcess (text), as `subprocess.run(["python", "-m", "ablate", ...])` would.
+
+    Runs in this process (tests/inprocess.py: the same entry point, output captured at the file
+    descriptors, the process's state put back) unless the command starts processes of its own
+    (a sweep, --multirun, a study, `ablate ui`, DDP ranks), env is given, process=True or
+    ABLATE_TESTS_CLI=process: those run as `python -m ablate` in a subprocess. timeout applies to
+    a subprocess only."""
+    import inprocess
+
+    def run(
+        args: list[str],
+        cwd: Path,
+        timeout: float = 600,
+        env: dict | None = None,
+        command: str | None = None,
+        process: bool | None = None,
+    ):
+        argv = [*([command] if command else []), *args]
+        if process is None:
+            process = env is not None or starts_processes(args, command) or ALWAYS_A_PROCESS
+        if not process:
+            return inprocess.run(argv, cwd)
+        full_env = {**os.environ, **(env or {})}
+        full_env.pop("HYDRA_FULL_ERROR", None)  # its tracebacks would break the one-line errors
+        return subprocess.run(
+            [sys.executable, "-m", "ablate", *argv],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+        )
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def run_statuses():
+    """run_statuses(db): the status of every run in a sqlite MLflow store, read from the database."""
+
+    def read(db: Path) -> list[str]:
+        if not db.exists():
+            return []
+        with sqlite3.connect(db) as con:
+            return [row[0] for row in con.execute("SELECT status FROM runs")]
+
+    return read
+
+
+# -- services ---------------------------------------------------------------------------------------
+
+
+def _healthy(uri: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+class MlflowServer:
+    """`mlflow server` (or `ablate ui`) on loopback over one store, stoppable and restartable on its port."""
+
+    def __init__(self, store: str, port: int, log: Path, ui: bool = False):
+        self.store, self.port, self.log, self.ui, self.proc = store, port, log, ui, None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 600.0) -> None:
+        """Until it answers /health (its start-up imports take a while on a loaded machine)."""
+        from ablate.cli.ui import server_command, server_env
+
+        if self.ui:
+            cmd, env = [sys.executable, "-m", "ablate", "ui", "--store", self.store, "--port", str(self.port)], None
+        else:
+            cmd, env = server_command(self.store, port=self.port), server_env()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+        deadline = time.time() + timeout
+        while not _healthy(self.uri):
+            assert self.proc.poll() is None, f"mlflow server exited: {self.log.read_text()[-2000:]}"
+            assert time.time() < deadline, f"not healthy after {timeout:.0f} s: {self.log.read_text()[-2000:]}"
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)  # the server and its workers
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        deadline = time.time() + 30
+        while _healthy(self.uri):
+            assert time.time() < deadline, "mlflow server did not stop"
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """mlflow_server(store=None, ui=False): a started MLflow tracking server over `store` (an MLflow
+    backend URI; a fresh sqlite file by default), through `ablate ui` with ui=True. Stopped at the
+    end of the test; .stop() and .start() in between restart it on the same port."""
+    started: list[MlflowServer] = []
+
+    def start(store: str | None = None, ui: bool = False) -> MlflowServer:
+        n = len(started)
+        server = MlflowServer(
+            store or f"sqlite:///{tmp_path / f'server{n}.db'}", free_port(), tmp_path / f"server{n}.log", ui
+        )
+        started.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def postgres():
+    """A throwaway PostgreSQL cluster on loopback, run as the postgres user; yields its URI."""
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    if not bins:
+        pytest.fail("PostgreSQL is not installed: scripts/install_test_deps.sh installs it (make test runs it)")
+    # pytest's own temporary root is private to root; the postgres user needs a path it can reach.
+    base = Path(tempfile.mkdtemp(prefix="ablate-pg-"))
+    bin_dir, data, port = Path(bins[-1]), base / "pg", free_port()
+    data.mkdir()
+    user = pwd.getpwnam("postgres")
+    for path in (base, data):
+        os.chown(path, user.pw_uid, user.pw_gid)
+
+    def as_postgres(*cmd):
+        return subprocess.run(
+            ["su", "postgres", "-s", "/bin/sh", "-c", " ".join(map(str, cmd))],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+
+    as_postgres(bin_dir / "initdb", "-D", data, "-A", "trust", "-U", "postgres")
+    as_postgres(
+        bin_dir / "pg_ctl",
+        "-D",
+        data,
+        "-w",
+        "-l",
+        data / "log",
+        "-o",
+        f"'-p {port} -k {data} -c listen_addresses=127.0.0.1 -c max_connections=200'",
+        "start",
+    )
+    try:
+        as_postgres(bin_dir / "createdb", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "mlflow")
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/mlflow"
+    finally:
+        as_postgres(bin_dir / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# A missing service skips its tests when they are run by hand, and fails them under `make test`
+# (ABLATE_REQUIRE_SERVICES=1), where a skip would let the suite pass without testing what it claims.
+REQUIRE_SERVICES = os.environ.get("ABLATE_REQUIRE_SERVICES") == "1"
+
+
+def _require(available, reason: str) -> None:
+    if not available:
+        if REQUIRE_SERVICES:
+            pytest.fail(f"{reason} (ABLATE_REQUIRE_SERVICES=1: a missing service is a failure)")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def require_service():
+    """require_service(available, reason): skip the test when run by hand, fail it under `make test`."""
+    return _require
+
+
+SLURM_DIR = Path(os.environ.get("ABLATE_SLURM_DIR", "/tmp/ablate-slurm"))
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The local SLURM cluster (scripts/slurm_cluster.sh; `make test` starts it): skips when the SLURM
+    client tools are not installed at all (fails under `make test`, see _require); fails, saying how to
+    start it, when the node does not answer. Points the client tools at the script's config if nothing
+    else does."""
+    _require(shutil.which("sinfo"), "SLURM client tools (sinfo) not on PATH: run `scripts/slurm_cluster.sh start`")
+    with pytest.MonkeyPatch.context() as mp:
+        conf = SLURM_DIR / "etc" / "slurm.conf"
+        if "SLURM_CONF" not in os.environ and conf.exists():
+            mp.setenv("SLURM_CONF", str(conf))  # /etc/slurm/slurm.conf normally links there anyway
+        probe = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)
+        states = probe.stdout.split()
+        if probe.returncode != 0 or not {"idle", "mixed", "allocated"} & set(states):
+            pytest.fail(
+                "local SLURM cluster is not usable "
+                f"(sinfo rc={probe.returncode}, states={states}, {probe.stderr.strip()!r}); "
+                "start it with `scripts/slurm_cluster.sh start`, inspect with `scripts/slurm_cluster.sh status`, "
+                f"logs in {SLURM_DIR / 'log'}"
+            )
+        yield SLURM_DIR
+
+
+@pytest.fixture(autouse=True)
+def _slurm_marker_needs_the_cluster(request):
+    """A test marked `slurm` runs against the cluster: the marker brings the slurm_cluster fixture."""
+    if request.node.get_closest_marker("slurm"):
+        request.getfixturevalue("slurm_cluster")
+
+
+# -- scaling laws: points and curves drawn from a known law, a coarse start grid, Epoch's CSV ------------
+
+
+@pytest.fixture(scope="session")
+def coarse_grid():
+    """72 starts (Hoffmann's layout [e, a, alpha, b, beta]) around the right region: enough for data
+    drawn from TRUE_LAW, quick."""
+    import itertools
+
+    import numpy as np
+
+    return np.array(list(itertools.product([0.0, 0.5], [0, 10, 20], [0.2, 0.8], [0, 10, 20], [0.2, 0.8])))
+
+
+@pytest.fixture(scope="session")
+def chinchilla_csv() -> Path:
+    return DATA / "chinchilla.csv"
+
+
+@pytest.fixture(scope="session")
+def iso_flop_design():
+    """iso_flop_design(budgets, sizes=9, noise=3e-3, seed=5): `sizes` sizes per budget from N_opt/4 to
+    4 N_opt of TRUE_LAW, D = C/(6N), log-normal noise."""
+    import numpy as np
+
+    from ablate.scaling.chinchilla import ChinchillaLaw
+    from ablate.scaling.points import Points
+
+    law = ChinchillaLaw(**TRUE_LAW)
+
+    def make(budgets, sizes: int = 9, noise: float = 3e-3, seed: int = 5):
+        rng = np.random.default_rng(seed)
+        N = np.concatenate([law.n_opt(C) * np.geomspace(0.25, 4, sizes) for C in budgets])
+        C = np.repeat(budgets, sizes)
+        D = C / (6 * N)
+        return Points(N, D, law.loss(N, D) * np.exp(rng.normal(0, noise, N.size)), C)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def iso_flop(iso_flop_design):
+    """6 iso-FLOP budgets from 1e18 to 1e21 x 9 sizes from TRUE_LAW with 0.3% noise: every method has
+    something to fit."""
+    import numpy as np
+
+    return iso_flop_design(np.geomspace(1e18, 1e21, 6))
+
+
+@pytest.fixture(scope="session")
+def law_curves():
+    """10 training curves of TRUE_LAW, 1e7 to 1e10 parameters, 1e8 to 1e11 tokens (approach 1)."""
+    import numpy as np
+
+    from ablate.scaling.chinchilla import ChinchillaLaw
+    from ablate.scaling.points import RunCurve
+
+    law = ChinchillaLaw(**TRUE_LAW)
+    tokens = np.geomspace(1e8, 1e11, 40)
+    return [RunCurve(n, 6 * n * tokens, tokens, law.loss(n, tokens)) for n in np.geomspace(1e7, 1e10, 10)]
+
+
+@pytest.fixture(scope="session")
+def grid_points():
+    """12 sizes x 10 token budgets from TRUE_LAW, with 0.5% multiplicative noise."""
+    import numpy as np
+
+    from ablate.scaling.chinchilla import ChinchillaLaw
+    from ablate.scaling.points import Points
+
+    law = ChinchillaLaw(**TRUE_LAW)
+    rng = np.random.default_rng(1)
+    N, D = (g.ravel() for g in np.meshgrid(np.geomspace(1e7, 1e10, 12), np.geomspace(1e9, 1e12, 10)))
+    return Points(N, D, law.loss(N, D) * np.exp(rng.normal(0, 0.005, N.size)))
+
+
+# -- the reliability ledger (docs/RELIABILITY.md) ------------------------------------------------------
+# A test records its row in the process that runs it (an xdist worker, or this one); a worker's rows
+# travel to the controller, which writes the doc, in its workeroutput at the end.
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
+    """The row's result is pytest's outcome of each phase: set-up, call, tear-down."""
     import reliability
 
-    if call.when == "call" or (call.when == "setup" and call.excinfo is not None):
-        if item.nodeid in reliability.LEDGER or item.get_closest_marker("reliability"):
-            reliability.OUTCOMES[item.nodeid] = "passed" if call.excinfo is None else "FAILED"
+    report = yield
+    reliability.outcome(item.nodeid, report)
+    return report
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """Under xdist: a worker's rows and outcomes join the controller's, which writes the doc."""
+    import reliability
+
+    reliability.merge(getattr(node, "workeroutput", {}).get("reliability"))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """`make test` (the whole suite) rewrites docs/RELIABILITY.md; ad-hoc subsets leave it alone."""
+    """`make test` (the whole suite) rewrites docs/RELIABILITY.md, once, from the process that ran
+    the session (not from each xdist worker); ad-hoc subsets leave it alone."""
     import reliability
 
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its rows go to the controller
+        session.config.workeroutput["reliability"] = {"ledger": reliability.LEDGER, "outcomes": reliability.OUTCOMES}
+        return
     if os.environ.get("ABLATE_WRITE_RELIABILITY") == "1":
-        reliability.write_doc()
+        opt = session.config.option
+        reliability.write_doc(
+            " ".join(f"{flag} {expr!r}" for flag, expr in (("-m", opt.markexpr), ("-k", opt.keyword)) if expr)
+        )

@@ -1,7 +1,6 @@
 import pytest
 
 from ablate.config import ConfigError
-from conftest import run_config
 
 
 @pytest.mark.parametrize(
@@ -19,7 +18,7 @@ from conftest import run_config
         ({"optim.beta2": 1.5}, ["optim.beta2=1.5", "0 <= value < 1"]),
     ],
 )
-def test_bad_values_fail_with_one_line_naming_key_and_valid(tmp_path, overrides, words):
+def test_bad_values_fail_with_one_line_naming_key_and_valid(run_config, tmp_path, overrides, words):
     with pytest.raises(ConfigError) as err:
         run_config(tmp_path, **overrides)
     message = str(err.value)
@@ -28,7 +27,7 @@ def test_bad_values_fail_with_one_line_naming_key_and_valid(tmp_path, overrides,
         assert w in message
 
 
-def test_unknown_key_names_valid_keys(tmp_path):
+def test_unknown_key_names_valid_keys(run_config, tmp_path):
     cfg = run_config(tmp_path)
     from ablate.config import ModelConfig, build
 
@@ -37,6 +36,6 @@ def test_unknown_key_names_valid_keys(tmp_path):
     assert cfg.model.name == "nano"
 
 
-def test_integral_floats_are_accepted_as_ints(tmp_path):
+def test_integral_floats_are_accepted_as_ints(run_config, tmp_path):
     cfg = run_config(tmp_path, **{"train.steps": None, "train.tokens": 1e6})
     assert cfg.train.tokens == 1_000_000 and isinstance(cfg.train.tokens, int)

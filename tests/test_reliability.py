@@ -4,290 +4,740 @@ Every case lands in docs/RELIABILITY.md."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 import reliability
-from conftest import SMALL_DATA, cli, run_statuses
+from ablate.run import checkpoint
+from ablate.tracking.tags import KIND_TAG
+from support import SMALL_DATA
 
 pytestmark = [pytest.mark.reliability]
 
-TRAIN_BAD = [
-    (["model=doesnotexist"], "model=doesnotexist"),
-    (["model.n_embd=100", "model.n_head=3"], "model.n_embd=100"),
-    (["model.n_layer=0"], "model.n_layer=0"),
-    (["model.n_layer=two"], "model.n_layer='two'"),
-    (["model.attention=flash"], "model.attention='flash'"),
-    (["optim.lr=-0.001"], "optim.lr=-0.001"),
-    (["optim.weight_decay=-1"], "optim.weight_decay=-1"),
-    (["train.steps=0"], "train.steps=0"),
-    (["train.steps=-5"], "train.steps=-5"),
-    (["train.tokens=1e6", "train.steps=100"], "exactly one training budget"),
-    (["train.steps=null"], "exactly one training budget"),
-    (["train.batch_size=0"], "train.batch_size=0"),
-    (["model.block_size=300000"], "model.block_size=300000"),
-    (["hardware=tpu"], "hardware=tpu"),
-    (["hardware=h100"], "hardware=h100"),
-    (["precision=fp8"], "precision=fp8"),
-    (["precision=int4"], "precision=int4"),
-    (["model.widht=3"], "unknown key model.widht"),
-    (["+model.widht=3"], "unknown key model.widht"),
-    (["data=text", "data.paths=[/nonexistent/corpus]"], "/nonexistent/corpus"),
-    (["data=text", "data.paths=[EMPTY]"], "empty"),
-    (["data=tokens", "data.train_bin=/nonexistent.bin", "data.val_bin=/nonexistent.bin"], "does not exist"),
-    (["data=tokens", "data.train_bin=SHORT", "data.val_bin=SHORT"], "longer than"),
-    (["model.vocab_size=10"], "model.vocab_size=10"),
-    (["tracking.backend=wandb"], "tracking.backend='wandb'"),
-    (["train.steps=="], "Error parsing override"),
-    (["+sweep=precision", "model=nope"], "model=nope"),
-    (["+sweep=nope"], "sweep=nope"),
-    (["--multirun", "precision=fp32,fp9"], "precision=fp9"),
+# -- bad input ----------------------------------------------------------------------------------
+# (command, arguments, words the one line must contain). None: `python -m ablate` (train). Upper-case
+# words are files made per case by _inputs (an empty file, a non-database, a directory, ...).
+TRAIN = None
+BAD_INPUT = [
+    (TRAIN, ["model=doesnotexist"], "model=doesnotexist"),
+    (TRAIN, ["model.n_embd=100", "model.n_head=3"], "model.n_embd=100"),
+    (TRAIN, ["model.n_layer=0"], "model.n_layer=0"),
+    (TRAIN, ["model.n_layer=two"], "model.n_layer='two'"),
+    (TRAIN, ["model.attention=flash"], "model.attention='flash'"),
+    (TRAIN, ["model.dropout=1.5"], "model.dropout=1.5"),
+    (TRAIN, ["model.vocab_size=1"], "model.vocab_size=1"),
+    (TRAIN, ["model=gpt_1p5b"], "GB free"),
+    (TRAIN, ["optim.lr=-0.001"], "optim.lr=-0.001"),
+    (TRAIN, ["optim.weight_decay=-1"], "optim.weight_decay=-1"),
+    (TRAIN, ["optim.beta2=1.0"], "optim.beta2=1.0"),
+    (TRAIN, ["optim.min_lr_ratio=2"], "optim.min_lr_ratio=2"),
+    (TRAIN, ["train.steps=0"], "train.steps=0"),
+    (TRAIN, ["train.steps=-5"], "train.steps=-5"),
+    (TRAIN, ["train.tokens=1e6", "train.steps=100"], "exactly one training budget"),
+    (TRAIN, ["train.steps=null"], "exactly one training budget"),
+    (TRAIN, ["train.tokens=10"], "train.tokens=10 is less than one step"),
+    (TRAIN, ["train.flops=1e3"], "train.flops=1e+03 is less than one step"),
+    (TRAIN, ["train.batch_size=0"], "train.batch_size=0"),
+    (TRAIN, ["train.seed=-1"], "train.seed=-1"),
+    (TRAIN, ["train.rerun=maybe"], "train.rerun='maybe'"),
+    (TRAIN, ["train.profile=true", "train.compile=true"], "train.compile=false while profiling"),
+    (TRAIN, ["model.block_size=300000"], "model.block_size=300000"),
+    (TRAIN, ["hardware=tpu"], "hardware=tpu"),
+    (TRAIN, ["hardware=h100"], "hardware=h100"),
+    (TRAIN, ["hardware.gpus_per_node=0"], "hardware.gpus_per_node=0"),
+    (TRAIN, ["hardware=cpu", "hardware.gpus_per_node=2", "train.batch_size=3"], "does not split across 2 DDP ranks"),
+    (TRAIN, ["precision=fp8"], "precision=fp8"),
+    (TRAIN, ["precision=int4"], "precision=int4"),
+    (TRAIN, ["precision.loss_scaling=true"], "precision.loss_scaling=true"),
+    (TRAIN, ["model.widht=3"], "unknown key model.widht"),
+    (TRAIN, ["+model.widht=3"], "unknown key model.widht"),
+    (TRAIN, ["skip_unsupported=sometimes"], "skip_unsupported='sometimes'"),
+    (TRAIN, ["data.seed=-3"], "data.seed=-3"),
+    (TRAIN, ["data.zipf_unigram=-1"], "data.zipf_unigram=-1"),
+    (TRAIN, ["data.successors=1"], "data.successors=1"),
+    (TRAIN, ["data.max_len=1000"], "data.max_len=1000"),
+    (TRAIN, ["data.min_len=1", "data.max_len=1", "data.n_words=30"], "data.n_words=30"),
+    (TRAIN, ["data.n_words=300000"], "min of CPU"),
+    (TRAIN, ["data.train_tokens=1e10"], "min of CPU"),
+    (TRAIN, ["data.kind=images"], "data.kind='images'"),
+    (TRAIN, ["data=text", "data.paths=[/nonexistent/corpus]"], "/nonexistent/corpus"),
+    (TRAIN, ["data=text", "data.paths=[EMPTY]"], "empty"),
+    (TRAIN, ["data=text", "data.glob=/etc/*"], "data.glob='/etc/*'"),
+    (TRAIN, ["data=text", "data.val_fraction=0"], "data.val_fraction=0"),
+    (TRAIN, ["data=text", "data.paths=[DIR]", "data.glob=*.nothing"], "matched no files"),
+    (TRAIN, ["data=tokens", "data.train_bin=/nonexistent.bin", "data.val_bin=/nonexistent.bin"], "does not exist"),
+    (TRAIN, ["data=tokens", "data.train_bin=SHORT", "data.val_bin=SHORT"], "longer than"),
+    (TRAIN, ["data=tokens", "data.train_bin=BADIDS", "data.val_bin=TOKENS"], "at position 1,200,000"),
+    (TRAIN, ["data=tokens", "data.train_bin=DIR", "data.val_bin=TOKENS"], "is not a file"),
+    (TRAIN, ["data=tokens", "data.train_bin=TOKENS", "data.val_bin=TOKENS", "data.vocab_size=70000"], "uint16"),
+    (TRAIN, ["model.vocab_size=10"], "model.vocab_size=10"),
+    (TRAIN, ["state_dir="], "state_dir is empty"),
+    (TRAIN, ["state_dir=/proc/ablate-state"], "state_dir='/proc/ablate-state' cannot be written"),
+    (TRAIN, ["state_dir=FILE/state"], "is a file"),
+    (TRAIN, ["hydra.run.dir=/proc/ablate-run"], "hydra.run.dir='/proc/ablate-run' cannot be written"),
+    (TRAIN, ["tracking.backend=wandb"], "tracking.backend='wandb'"),
+    (TRAIN, ["tracking.uri=sqlite:///NOTADB"], "is not an SQLite database"),
+    (TRAIN, ["tracking.uri=sqlite:///MISSING/mlflow.db"], "does not exist"),
+    (TRAIN, ["tracking.uri=mlflow.db"], "is not an MLflow store"),
+    (TRAIN, ["tracking.uri=http://127.0.0.1:notaport"], "invalid port"),
+    (TRAIN, ["tracking.experiment="], "tracking.experiment is empty"),
+    (TRAIN, ["train.steps=="], "Error parsing override"),
+    (TRAIN, ["frobnicate"], "frobnicate"),
+    (TRAIN, ["+sweep=precision", "model=nope"], "model=nope"),
+    (TRAIN, ["+sweep=nope"], "sweep=nope"),
+    (TRAIN, ["--multirun", "precision=fp32,fp9"], "precision=fp9"),
+    (TRAIN, ["--multirun", "model=nano,micro", "model.n_layer=0"], "model.n_layer=0"),
+    (TRAIN, ["--multirun", "model=nano,micro", "hydra.sweep.dir=/proc/ablate-sweep"], "hydra.sweep.dir"),
+    (TRAIN, ["+sweep=scaling", "train.seed=-4"], "sweep job #0"),
+    (TRAIN, ["+sweep=scaling", "tracking.uri=sqlite:///NOTADB"], "is not an SQLite database"),
+    (TRAIN, ["+sweep=attention", "hydra.launcher.workers=0"], "hydra.launcher.workers=0"),
+    (TRAIN, ["+sweep=attention", "hydra.launcher.threads_per_job=two"], "hydra.launcher.threads_per_job='two'"),
+    (TRAIN, ["+sweep=attention", "hydra.launcher.stop_timeout_s=-1"], "hydra.launcher.stop_timeout_s=-1"),
+    (TRAIN, ["+sweep=precision", "hydra/launcher=slurm", "hydra.launcher.timeout_min=0"], "timeout_min=0"),
+    (TRAIN, ["+sweep=precision", "hydra/launcher=slurm", "hydra.launcher.signal_delay_s=7200"], "signal_delay_s"),
+    (TRAIN, ["+sweep=precision", "hydra/launcher=slurm", "hydra.launcher.partiton=gpu"], "unknown key"),
+    (TRAIN, ["+sweep=lr", "hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials=0"),
+    (TRAIN, ["+sweep=lr", "hydra.sweeper.pruner=nope"], "hydra.sweeper.pruner='nope'"),
+    (TRAIN, ["+sweep=lr", "hydra.sweeper.pruners.median.n_startup_trials=-1"], "hydra.sweeper.pruners.median"),
+    (TRAIN, ["+sweep=lr", "hydra.sweeper.params.optim.lr='interval(1e-2, 1e-4)'"], "low <= high"),
+    (TRAIN, ["+sweep=lr", "hydra.sweeper.search=[optim.lrr]"], "optim.lrr"),
+    (
+        TRAIN,
+        ["+sweep=lr", "+hydra.sweeper.params.optim.lrr='interval(0.1, 1.0)'", "hydra.sweeper.search=[optim.lrr]"],
+        "not a config key",
+    ),
+    (TRAIN, ["+sweep=lr", "hydra.sweeper.study_name=.."], "hydra.sweeper.study_name='..'"),
+    (TRAIN, ["+sweep=lr", "hydra.sweeper.storage=foo://x"], "hydra.sweeper.storage='foo://x'"),
+    (TRAIN, ["+sweep=lr", "hydra.sweeper.storage=FILE/journal.log"], "hydra.sweeper.storage"),
+    ("fit", [], "neither given"),
+    ("fit", ["experiment=x", "points=OK"], "both given"),
+    ("fit", ["points=/nonexistent/points.csv"], "no such file"),
+    ("fit", ["points=NOCOLUMN"], "missing column(s) tokens"),
+    ("fit", ["points=NEGATIVE"], "is -1000000.0"),
+    ("fit", ["points=BINARY"], "not a CSV text file"),
+    ("fit", ["points=DUPLICATE"], "are the same point"),
+    ("fit", ["points=HEADERONLY"], "no data rows"),
+    ("fit", ["points=DIR"], "not a file"),
+    ("fit", ["points=OK", "out=FILE"], "out="),
+    ("fit", ["points=OK", "n_boot=-1"], "n_boot=-1"),
+    ("fit", ["points=OK", "held_out=50"], "held_out=50"),
+    ("fit", ["points=OK", "entropy_floor=-1"], "entropy_floor=-1"),
+    ("fit", ["points=OK", "target.N=1e9"], "is not a target"),
+    ("fit", ["points=OK", "nboot=10"], "unknown key nboot"),
+    ("fit", ["experiment=nonexistent", "tracking.uri=sqlite:///STORE"], "nonexistent"),
+    ("fit", ["experiment=scaling", "tracking.uri=sqlite:///NOTADB"], "is not an SQLite database"),
+    ("plan", ["model=gpt_1p5b"], "no budget given"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=-5"], "budget.tokens=-5.0 must be positive"),
+    ("plan", ["model=gpt_1p5b", "budget.flops=1e21", "budget.dollars=100"], "conflict"),
+    ("plan", ["model=gpt_1p5b", "hardware=tpu", "budget.tokens=1e11"], "hardware=tpu"),
+    ("plan", ["model=gpt_1p5b", "precision=fp8", "hardware=a100", "budget.tokens=1e11"], "8.9"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "gpus=0"], "gpus=0"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "mfu=1.5"], "mfu=1.5"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=/nonexistent/fit.json"], "/nonexistent/fit.json"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=NOTJSON"], "is not JSON"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "tracking_uri=sqlite:///NOTADB"], "tracking_uri="),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "out=FILE"], "out="),
+    ("ui", ["--store", "DIR/none.db"], "no MLflow store"),
+    ("ui", ["--store", "NOTADB"], "is not an SQLite database"),
+    ("ui", ["--port", "70000"], "--port 70000"),
+    ("study", ["BROKENSTUDY"], "is not valid YAML"),
+    ("study", ["DIR"], "has no study.yaml"),
+    ("study", ["DIR", "model=nano"], "need --run"),
+    ("jobs", ["MISSING"], "has no jobs.json"),
+    ("sync", ["FILE"], "is not a folder"),
+    ("submit", ["+sweep=precision"], "hydra/launcher is not slurm"),
+    ("submit", ["+sweep=precision", "hydra/launcher=slurm", "hydra.launcher.timeout_min=0"], "timeout_min=0"),
 ]
+CSV_OK = "params,tokens,loss\n" + "".join(
+    f"{n:g},{d:g},{2 + 1e3 / n**0.3 + 1e3 / d**0.3:.4f}\n" for n in (1e6, 4e6, 1.6e7) for d in (1e8, 4e8)
+)
 
 
-def _materialize(args: list[str], tmp: Path) -> list[str]:
-    """Placeholders for data files the bad-input cases need: an empty file, a too-short token file."""
-    empty = tmp / "empty.txt"
-    empty.write_bytes(b"")
-    short = tmp / "short.bin"
-    short.write_bytes(bytes(40))  # 20 uint16 tokens: shorter than any context
-    return [a.replace("EMPTY", str(empty)).replace("SHORT", str(short)) for a in args]
+def _tokens_file(path: Path, n: int, bad_at: int | None = None) -> None:
+    tokens = np.arange(n, dtype=np.uint16) % 100
+    if bad_at is not None:
+        tokens[bad_at] = 60_000  # past the first million tokens, which were all that used to be checked
+    tokens.tofile(path)
 
 
-@pytest.mark.parametrize("args, words", TRAIN_BAD, ids=[" ".join(a) for a, _ in TRAIN_BAD])
-def test_bad_input(request, tmp_path, args, words):
-    inputs, cwd = tmp_path / "inputs", tmp_path / "cwd"
-    inputs.mkdir(), cwd.mkdir()
+# An upper-case word in a case's arguments -> how to make it under the case's inputs folder.
+INPUTS = {
+    "EMPTY": lambda p: (p / "empty.txt").write_bytes(b""),
+    "SHORT": lambda p: (p / "short.bin").write_bytes(bytes(40)),  # 20 uint16 tokens: shorter than any context
+    "NOTADB": lambda p: (p / "notadb.db").write_bytes(b"this is not a database\n"),
+    "FILE": lambda p: (p / "file.txt").write_bytes(b"a file where a folder is expected\n"),
+    "BINARY": lambda p: (p / "points.csv").write_bytes(bytes(range(256)) * 8),
+    "OK": lambda p: (p / "ok.csv").write_text(CSV_OK),
+    "NOCOLUMN": lambda p: (p / "nocolumn.csv").write_text("params,loss\n1e6,3.0\n"),
+    "NEGATIVE": lambda p: (p / "negative.csv").write_text(CSV_OK.replace("\n1e+06,", "\n-1e+06,", 1)),
+    "DUPLICATE": lambda p: (p / "duplicate.csv").write_text(CSV_OK + CSV_OK.splitlines()[3] + "\n"),
+    "HEADERONLY": lambda p: (p / "header.csv").write_text("params,tokens,loss\n"),
+    "NOTJSON": lambda p: (p / "fit.json").write_text('{"chinchilla_approach3": '),
+    "BROKENSTUDY": lambda p: (p / "broken").mkdir() or (p / "broken" / "study.yaml").write_text("title: [unclosed\n"),
+    "TOKENS": lambda p: _tokens_file(p / "tokens.bin", 300_000),
+    "BADIDS": lambda p: _tokens_file(p / "badids.bin", 1_500_000, bad_at=1_200_000),
+    "DIR": lambda p: (p / "somedir").mkdir(),
+    "MISSING": lambda p: None,
+    # a store that has an experiment, but not the one asked for
+    "STORE": lambda p: MlflowClient(f"sqlite:///{p / 'store.db'}").create_experiment("scaling"),
+}
+INPUT_NAMES = {
+    "EMPTY": "empty.txt", "SHORT": "short.bin", "NOTADB": "notadb.db", "FILE": "file.txt", "BINARY": "points.csv",
+    "OK": "ok.csv", "NOCOLUMN": "nocolumn.csv", "NEGATIVE": "negative.csv", "DUPLICATE": "duplicate.csv",
+    "HEADERONLY": "header.csv", "NOTJSON": "fit.json", "BROKENSTUDY": "broken",
+    "TOKENS": "tokens.bin", "BADIDS": "badids.bin", "DIR": "somedir", "MISSING": "missing", "STORE": "store.db",
+}  # fmt: skip
+PLACEHOLDER = re.compile(r"\b(" + "|".join(sorted(INPUTS, key=len, reverse=True)) + r")\b")
+
+
+def _materialize(args: list[str], folder: Path) -> list[str]:
+    """The arguments with each upper-case word replaced by the path of the input it names, made here."""
+    for name in {m for a in args for m in PLACEHOLDER.findall(a)}:
+        INPUTS[name](folder)
+    return [PLACEHOLDER.sub(lambda m: str(folder / INPUT_NAMES[m.group(1)]), a) for a in args]
+
+
+def _snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def _run_bad_input(cli, tmp: Path, command: str | None, args: list[str]) -> dict:
+    inputs, cwd = tmp / "inputs", tmp / "cwd"
+    inputs.mkdir(parents=True), cwd.mkdir()
     full = _materialize(args, inputs)
-    reliability.record(request, "bad_input", f"`python -m ablate {' '.join(args)}`", "")
-    proc = cli([*full, "train.progress=false"], cwd)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    reliability.record(request, "bad_input", f"`python -m ablate {' '.join(args)}`",
-                       f"exit {proc.returncode}: {lines[-1] if lines else '(nothing)'}")
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stdout + proc.stderr
-    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], proc.stderr
-    assert "RUNNING" not in run_statuses(cwd / "mlflow.db")
-    # the only thing a rejected command may leave is its own Hydra run dir
-    assert {p.name for p in cwd.iterdir()} <= {"outputs", "multirun"}
-    assert not (cwd / "mlflow.db").exists()
-
-
-# The fit and plan commands: the same rules. CSV placeholders are written by _points_files.
-CSV_OK = "params,tokens,loss\n" + "".join(f"{n:g},{d:g},{2 + 1e3 / n**0.3 + 1e3 / d**0.3:.4f}\n"
-                                          for n in (1e6, 4e6, 1.6e7) for d in (1e8, 4e8))
-OTHER_BAD = [
-    ("ablate.fit", [], "neither given"),
-    ("ablate.fit", ["experiment=x", "points=OK"], "both given"),
-    ("ablate.fit", ["points=/nonexistent/points.csv"], "no such file"),
-    ("ablate.fit", ["points=NOCOLUMN"], "missing column(s) tokens"),
-    ("ablate.fit", ["points=NEGATIVE"], "is -1000000.0"),
-    ("ablate.fit", ["points=ONESIZE"], "all points at one N"),
-    ("ablate.fit", ["points=OK", "n_boot=-1"], "n_boot=-1"),
-    ("ablate.fit", ["points=OK", "nboot=10"], "unknown key nboot"),
-    ("ablate.fit", ["experiment=nonexistent", "tracking.uri=sqlite:///STORE"], "nonexistent"),
-    ("ablate.plan", ["model=gpt_1p5b", "budget.tokens=-5"], "budget.tokens=-5.0 must be positive"),
-    ("ablate.plan", ["model=gpt_1p5b", "budget.flops=1e21", "budget.dollars=100"], "conflict"),
-    ("ablate.plan", ["model=gpt_1p5b", "hardware=tpu", "budget.tokens=1e11"], "hardware=tpu"),
-    ("ablate.plan", ["model=gpt_1p5b", "precision=fp8", "hardware=a100", "budget.tokens=1e11"], "8.9"),
-    ("ablate.plan", ["model=gpt_1p5b", "budget.tokens=1e11", "gpus=0"], "gpus=0"),
-    ("ablate.plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=/nonexistent/fit.json"], "/nonexistent/fit.json"),
-]
-
-
-def _points_files(args: list[str], tmp: Path) -> list[str]:
-    files = {
-        "OK": CSV_OK,
-        "NOCOLUMN": "params,loss\n1e6,3.0\n",
-        "NEGATIVE": CSV_OK.replace("\n1e+06,", "\n-1e+06,", 1),
-        "ONESIZE": "params,tokens,loss\n" + "".join(f"1e6,{d:g},{2 + 1e3 / d**0.3:.4f}\n" for d in 2.0 ** np.arange(20, 28)),
+    before = _snapshot(inputs)
+    proc = cli(full, cwd, command=command, process=True)  # the real command line, and one per thread
+    return {
+        "proc": proc,
+        "created": sorted(p.name for p in cwd.iterdir()),
+        "inputs_changed": _snapshot(inputs) != before,
     }
-    out = []
-    for a in args:
-        key, _, value = a.partition("=")
-        if value in files:
-            (tmp / f"{value.lower()}.csv").write_text(files[value])
-            a = f"{key}={tmp / (value.lower() + '.csv')}"
-        out.append(a.replace("STORE", str(tmp / "store.db")))
-    return out
 
 
-@pytest.mark.parametrize("module, args, words", OTHER_BAD, ids=[f"{m} {' '.join(a)}" for m, a, _ in OTHER_BAD])
-def test_bad_input_to_fit_and_plan(request, tmp_path, module, args, words):
-    inputs, cwd = tmp_path / "inputs", tmp_path / "cwd"
-    inputs.mkdir(), cwd.mkdir()
-    if module == "ablate.fit" and any("STORE" in a for a in args):
-        MlflowClient(f"sqlite:///{inputs / 'store.db'}").create_experiment("scaling")  # a store, without that experiment
-    case = f"`python -m {module} {' '.join(args)}`"
-    reliability.record(request, "bad_input", case, "")
-    proc = cli(_points_files(args, inputs), cwd, module=module)
+def _case_id(command, args) -> str:
+    return " ".join([command or "", *args]).strip()
+
+
+@pytest.fixture(scope="session")
+def bad_input_runs(cli, request, tmp_path_factory):
+    """Every selected bad-input case runs once, several at a time (they are separate processes that
+    mostly wait on imports); each test then checks its own. {case id: Future of _run_bad_input}."""
+    selected = [
+        item.callspec.params
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_bad_input" and hasattr(item, "callspec")
+    ]
+    pool = ThreadPoolExecutor(max_workers=max(2, min(6, os.cpu_count() or 2)))
+    root = tmp_path_factory.mktemp("bad-input")
+    futures = {
+        _case_id(p["command"], p["args"]): pool.submit(_run_bad_input, cli, root / str(i), p["command"], p["args"])
+        for i, p in enumerate(selected)
+    }
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.ledger("bad_input", "`ablate {id}`")
+@pytest.mark.parametrize("command, args, words", BAD_INPUT, ids=[_case_id(c, a) for c, a, _ in BAD_INPUT])
+def test_bad_input(request, bad_input_runs, command, args, words):
+    found = bad_input_runs[_case_id(command, args)].result(timeout=1800)
+    proc = found["proc"]
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    reliability.record(request, "bad_input", case, f"exit {proc.returncode}: {lines[-1] if lines else '(nothing)'}")
-    assert proc.returncode != 0
+    assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], proc.stderr
-    assert not list(cwd.iterdir())  # no export, no plan, no store
+    assert found["created"] == [], f"left behind: {found['created']}"
+    assert not found["inputs_changed"]
+    reliability.record(request, f"exit 2: {lines[0]}")
 
 
-# -- kill -9 ------------------------------------------------------------------------------------
+# -- kill -9, corrupt state, signals ------------------------------------------------------------
 
-RUN = ["model=nano", "train.steps=120", "train.log_interval=2", "train.eval_interval=20",
-       "train.checkpoint_interval=25", "train.flush_interval_s=0.3", "train.progress=false", *SMALL_DATA]
+# One small run shared by every case of this section: each kills or corrupts it and relaunches, and
+# the module's one uninterrupted run of it (`reference`) is what every relaunch must reproduce.
+# 60 steps hold five interval checkpoints (12, 24, ...), so failpoints @2 and @3 fall mid-run.
+RUN = [
+    "model=nano",
+    "train.steps=60",
+    "train.log_interval=2",
+    "train.eval_interval=10",
+    "train.checkpoint_interval=12",
+    "train.flush_interval_s=0.3",
+    "train.progress=false",
+    *SMALL_DATA,
+]
+KEYS = ("train/loss", "val/loss", "flops", "tokens", "lr", "tokens_per_s")
+
+
+def statuses(db: Path) -> list[str]:
+    """Every run's status in a sqlite store, read from the database (MLflow's client would create it)."""
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as con:
+        return [row[0] for row in con.execute("SELECT status FROM runs")]
+
+
+def wait_for(condition, timeout: float, message: str) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, message
+        time.sleep(0.2)
+
+
+def training_runs(cwd: Path) -> list:
+    """The training runs of experiment `ablate` in cwd's store (a sweep's parent run is not one)."""
+    client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("ablate").experiment_id])
+    return [r for r in runs if KIND_TAG not in r.data.tags]
 
 
 def history(cwd: Path) -> tuple[str, dict]:
     client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("ablate").experiment_id])
-    keys = ("train/loss", "val/loss", "flops", "tokens", "lr", "tokens_per_s")
-    return run.info.status, {k: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)) for k in keys}
+    (run,) = training_runs(cwd)
+    return run.info.status, {
+        k: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)) for k in KEYS
+    }
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(cli, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("reference")
     proc = cli(RUN, cwd)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return history(cwd)[1]
 
 
-def _compare(request, case: str, cwd: Path, reference: dict) -> None:
+def _compare(cwd: Path, reference: dict) -> str:
+    """The run FINISHED with every metric at every step of an uninterrupted run, once, with its values."""
     status, found = history(cwd)
-    expected = sum(len(v) for v in reference.values())
-    got = sum(len(v) for v in found.values())
-    reliability.record(request, "points", case, f"{got} of {expected} points; status {status}")
     assert status == "FINISHED"
     for key, ref in reference.items():
         steps = [s for s, _ in found[key]]
         assert steps == sorted(set(steps)), f"duplicate steps in {key}"
         assert steps == [s for s, _ in ref], f"missing steps in {key}"
         if key not in ("tokens_per_s",):  # throughput depends on the machine, not the seed
-            for (_, a), (_, b) in zip(found[key], ref):
+            for (_, a), (_, b) in zip(found[key], ref, strict=False):
                 assert a == pytest.approx(b, rel=1e-5, abs=1e-6), key
+    points = sum(len(v) for v in found.values())
+    return f"run FINISHED; {points} of {sum(len(v) for v in reference.values())} points, each step once, values equal"
 
 
-def _kill_at(cwd: Path, env: dict | None = None, after_s: float | None = None) -> int:
-    proc = subprocess.Popen([sys.executable, "-m", "ablate", *RUN], cwd=cwd, env={**os.environ, **(env or {})},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    if after_s is not None:
-        deadline = time.time() + 600
-        while not (cwd / "mlflow.db").exists() or not list((cwd / ".ablate" / "state").glob("*")):
-            assert proc.poll() is None and time.time() < deadline, "run ended before training started"
-            time.sleep(0.05)
-        time.sleep(after_s)
-        os.kill(proc.pid, signal.SIGKILL)
-    return proc.wait(600)
+def _start(cwd: Path, args=RUN, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ablate", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _training(cwd: Path, proc: subprocess.Popen, step: int = 1) -> None:
+    """Wait until the run has logged a metric at `step` or later (it is past its set-up)."""
+    deadline = time.time() + 600
+    while True:
+        assert proc.poll() is None and time.time() < deadline, "the run ended before it was interrupted"
+        try:
+            runs = training_runs(cwd) if (cwd / "mlflow.db").exists() else []
+            client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+            if runs and any(m.step >= step for m in client.get_metric_history(runs[0].info.run_id, "flops")):
+                return
+        except Exception:  # the store is being created
+            pass
+        time.sleep(0.2)
+
+
+def _no_running_run(cwd: Path, wait_s: float = 120.0) -> str:
+    """After the process is gone, its run is not RUNNING (the watchdog closes it); returns its status."""
+    deadline = time.time() + wait_s
+    while "RUNNING" in (found := statuses(cwd / "mlflow.db")) and time.time() < deadline:
+        time.sleep(0.2)
+    assert "RUNNING" not in found, found
+    return ", ".join(found)
 
 
 @pytest.mark.slow
+@pytest.mark.ledger("fault", "SIGKILL at failpoint `{point}`, then relaunch")
 @pytest.mark.parametrize("point", ["checkpoint.write@2", "tracking.flush@3"])
-def test_kill_at_a_failpoint_then_resume(request, tmp_path, reference, point):
-    case = f"SIGKILL at failpoint `{point}`, then relaunch"
-    reliability.record(request, "fault", case, "")
-    rc = _kill_at(tmp_path, {"ABLATE_FAILPOINTS": point})
-    assert rc == -signal.SIGKILL
-    import torch
-
+def test_kill_at_a_failpoint_then_resume(cli, request, tmp_path, reference, point):
+    proc = _start(tmp_path, env={"ABLATE_FAILPOINTS": point})
+    assert proc.wait(600) == -signal.SIGKILL
+    after_kill = _no_running_run(tmp_path)
     for ckpt in (tmp_path / ".ablate" / "state").glob("*/checkpoint.pt"):
-        torch.load(ckpt, weights_only=True)  # whatever checkpoint exists is a complete one
-    assert cli(RUN, tmp_path).returncode == 0
-    _compare(request, case, tmp_path, reference)
-    reliability.record(request, "fault", case, "killed, resumed from the last complete checkpoint, history complete")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_kill_at_a_random_moment_then_resume(request, tmp_path, reference, seed):
-    delay = random.Random(seed).uniform(0.5, 4.0)
-    case = f"SIGKILL {delay:.2f} s into training (seed {seed}), then relaunch"
-    reliability.record(request, "fault", case, "")
-    rc = _kill_at(tmp_path, after_s=delay)
+        checkpoint.read(ckpt)  # whatever checkpoint exists is a complete one
     relaunch = cli(RUN, tmp_path)
     assert relaunch.returncode == 0, relaunch.stderr[-2000:]
-    _compare(request, case, tmp_path, reference)
-    reliability.record(request, "fault", case, f"exit {rc} then resumed; history equal to an uninterrupted run")
-
-
-# -- out of memory, full disk -------------------------------------------------------------------
+    found = _compare(tmp_path, reference)
+    reliability.record(
+        request, f"exit -9; run {after_kill} once the process was gone; checkpoint loads; relaunch exit 0; {found}"
+    )
 
 
 @pytest.mark.slow
+@pytest.mark.ledger("fault", "SIGKILL at a random moment of training (seed {seed}), then relaunch")
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_kill_at_a_random_moment_then_resume(cli, request, tmp_path, reference, seed):
+    delay = random.Random(seed).uniform(0.0, 3.0)
+    proc = _start(tmp_path)
+    _training(tmp_path, proc)
+    time.sleep(delay)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(600) == -signal.SIGKILL  # killed, not finished before the kill
+    after_kill = _no_running_run(tmp_path)
+    relaunch = cli(RUN, tmp_path)
+    assert relaunch.returncode == 0, relaunch.stderr[-2000:]
+    found = _compare(tmp_path, reference)
+    reliability.record(
+        request,
+        f"killed {delay:.2f} s after its first logged step: exit -9; run {after_kill} once the process was gone; "
+        f"relaunch exit 0; {found}",
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.ledger("fault", "SIGKILL during a checkpoint write, then the checkpoint truncated by hand, then relaunch")
+@pytest.mark.xfail(
+    reason=(
+        "open bug: checkpoint.prev.pt is a hard link of checkpoint.pt (run/checkpoint.py save), so truncating "
+        "checkpoint.pt in place truncates the previous one too; both are quarantined and the run restarts at step 0"
+    ),
+    strict=False,
+)
+def test_kill_during_a_checkpoint_write_then_a_truncated_checkpoint(cli, request, tmp_path, reference):
+    proc = _start(tmp_path, env={"ABLATE_FAILPOINTS": "checkpoint.write@3"})
+    assert proc.wait(600) == -signal.SIGKILL
+    after_kill = _no_running_run(tmp_path)
+    (ckpt,) = (tmp_path / ".ablate" / "state").glob("*/checkpoint.pt")
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    relaunch = cli(RUN, tmp_path)
+    assert relaunch.returncode == 0, relaunch.stderr[-2000:]
+    named = [ln for ln in relaunch.stderr.splitlines() if str(ckpt) in ln]
+    assert len(named) == 1 and "does not load" in named[0] and "moved aside" in named[0], relaunch.stderr
+    assert len(list((ckpt.parent / "quarantine").iterdir())) == 1
+    found = _compare(tmp_path, reference)
+    reliability.record(
+        request,
+        f"exit -9; run {after_kill} once the process was gone; relaunch exit 0 and one line naming {ckpt.name} "
+        f"(moved to quarantine/, the checkpoint before it used); {found}; no run RUNNING",
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.ledger("fault", "a checkpoint of another config copied into a run's state dir, then launch")
+def test_a_foreign_checkpoint_is_quarantined_and_the_run_starts_over(cli, request, tmp_path, reference):
+    other = tmp_path / "other"
+    other.mkdir()
+    # the smallest other config that writes a checkpoint: another seed, two steps, one checkpoint
+    assert cli([*RUN, "train.steps=2", "train.checkpoint_interval=2", "train.seed=7"], other).returncode == 0
+    (theirs,) = (other / ".ablate" / "state").glob("*/checkpoint.pt")
+    from ablate.run.prepare import prepare
+
+    ours = tmp_path / ".ablate" / "state" / _hash_of(RUN, tmp_path, prepare)
+    ours.mkdir(parents=True)
+    shutil.copy(theirs, ours / "checkpoint.pt")
+    shutil.copy(theirs.with_name("checkpoint.json"), ours / "checkpoint.json")
+    launch = cli(RUN, tmp_path)
+    assert launch.returncode == 0, launch.stderr[-2000:]
+    (line,) = [ln for ln in launch.stderr.splitlines() if "checkpoint" in ln and "moved aside" in ln]
+    assert "belongs to config" in line
+    found = _compare(tmp_path, reference)
+    reliability.record(request, f"exit 0; one line: `{line[line.index('checkpoint.pt') :][:70]}...`; {found}")
+
+
+def _hash_of(args: list[str], cwd: Path, prepare) -> str:
+    """The config hash `python -m ablate ARGS` gets in `cwd`, composed as the command line does."""
+    from hydra import compose, initialize_config_dir
+
+    from ablate.config import CONF_DIR, parse_run
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[a for a in args if not a.startswith("train.progress")])
+    tree = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items()}
+    tree["tracking"]["uri"] = f"sqlite:///{cwd / 'mlflow.db'}"
+    tree["state_dir"] = str(cwd / ".ablate" / "state")
+    return prepare(parse_run(tree)).config_hash
+
+
+@pytest.mark.slow
+@pytest.mark.ledger("fault", "{name} to a single run mid-training, then relaunch")
+@pytest.mark.parametrize("name", ["SIGINT (Ctrl-C)", "SIGTERM"])
+def test_a_signal_to_a_single_run_leaves_one_line_and_a_resumable_run(cli, request, tmp_path, reference, name):
+    signum = signal.SIGINT if name.startswith("SIGINT") else signal.SIGTERM
+    proc = _start(tmp_path)
+    _training(tmp_path, proc, step=20)
+    os.kill(proc.pid, signum)
+    _, err = proc.communicate(timeout=600)
+    lines = [ln for ln in err.splitlines() if ln.strip() and "INFO" not in ln]
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("stopped: ") and "checkpointed at step" in lines[0], err
+    assert "Traceback" not in err
+    (status,) = statuses(tmp_path / "mlflow.db")
+    assert status == "KILLED"
+    step = int(re.search(r"at step (\d+)", lines[0]).group(1))
+    (state_dir,) = [d for d in (tmp_path / ".ablate" / "state").iterdir() if d.name != "spool"]
+    assert checkpoint.load(state_dir)["step"] == step  # written at the signal, not at an interval
+    relaunch = cli(RUN, tmp_path)
+    assert relaunch.returncode == 0, relaunch.stderr[-2000:]
+    found = _compare(tmp_path, reference)
+    reliability.record(
+        request,
+        f"exit {128 + signum}, one line: `{lines[0][:90]}`; run KILLED; checkpoint at that step; "
+        f"relaunch exit 0; {found}",
+    )
+
+
+# -- two launches of one run --------------------------------------------------------------------
+
+# Long enough that the second launch, started at the same moment, meets the first one still training.
+TWICE_STEPS = 100
+TWICE = [*RUN[:1], f"train.steps={TWICE_STEPS}", *RUN[2:]]
+
+
+def _two_at_once(cwd: Path) -> list[subprocess.Popen]:
+    procs = [_start(cwd, TWICE) for _ in range(2)]
+    for proc in procs:
+        proc.wait(900)
+    return procs
+
+
+def _one_trained(cwd: Path, procs: list) -> str:
+    """Exactly one launch trained (exit 0, "finished"); the other exit 75 with one line naming the run and
+    its owner; one MLflow training run, FINISHED, every step once."""
+    outs = [
+        (p.returncode, [ln for ln in p.stderr.read().splitlines() if ln.strip() and "INFO" not in ln]) for p in procs
+    ]
+    codes = sorted(rc for rc, _ in outs)
+    assert codes == [0, 75], outs
+    (busy,) = [lines for rc, lines in outs if rc == 75]
+    assert len(busy) == 1 and busy[0].startswith("busy ") and "being trained by pid" in busy[0], busy
+    (trained,) = [lines for rc, lines in outs if rc == 0]
+    assert any(ln.startswith("finished ") for ln in trained), trained
+    runs = training_runs(cwd)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    for key in KEYS:
+        steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, key)]
+        assert steps == sorted(set(steps)), f"duplicate steps in {key}"
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "train/loss")]
+    assert steps == list(range(2, TWICE_STEPS + 1, 2))
+    return (
+        f"exit codes 0 and 75; the second said `{busy[0][:100]}...`; one run FINISHED; "
+        f"{len(steps)} train/loss steps, each once"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.ledger("fault", "the same run launched twice at once, on a fresh store")
+def test_two_launches_at_once_on_a_fresh_store(request, tmp_path):
+    procs = _two_at_once(tmp_path)
+    reliability.record(request, _one_trained(tmp_path, procs))
+
+
+@pytest.mark.slow
+@pytest.mark.ledger("fault", "the same run launched twice at once, on an existing store")
+def test_two_launches_at_once_on_an_existing_store(request, tmp_path):
+    from ablate.tracking.store import ensure_experiment
+
+    ensure_experiment(f"sqlite:///{tmp_path / 'mlflow.db'}", "ablate")
+    procs = _two_at_once(tmp_path)
+    reliability.record(request, _one_trained(tmp_path, procs))
+
+
+@pytest.mark.slow
+@pytest.mark.ledger("fault", "12 processes opening one fresh sqlite store at once")
+def test_a_fresh_store_is_created_once(request, tmp_path):
+    code = (
+        "import sys; from ablate.tracking.store import ensure_experiment; print(ensure_experiment(sys.argv[1], 'race'))"
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(12)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-500:] for _, err in outs]
+    ids = {out.strip() for out, _ in outs}
+    assert len(ids) == 1
+    reliability.record(request, "12 of 12 exit 0 (no schema-migration race); all got the same experiment id")
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+@pytest.mark.ledger("fault", "the same sweep launched twice at once through the SLURM launcher")
+def test_two_sweeps_at_once_through_slurm(request, tmp_path):
+    args = [
+        "--multirun",
+        "model=nano",
+        "train.steps=200",
+        "train.log_interval=2",
+        "train.eval_interval=50",
+        "train.progress=false",
+        "hydra/launcher=slurm",
+        "hydra.launcher.poll_s=1",
+        "hydra.launcher.timeout_min=20",
+        *SMALL_DATA,
+    ]
+    procs = [_start(tmp_path, [*args, f"hydra.sweep.dir=multirun/{i}"]) for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=1800) for p in procs]
+    finally:  # only this test's jobs: the cluster is shared
+        ids = [j["job_id"] for f in tmp_path.glob("multirun/*/jobs.json") for a in json.loads(f.read_text())["arrays"]
+               for j in a["jobs"]]  # fmt: skip
+        subprocess.run(["scancel", *ids], capture_output=True, timeout=60) if ids else None
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    results = [json.loads((tmp_path / "multirun" / str(i) / "0" / "result.json").read_text()) for i in range(2)]
+    statuses = sorted(r["status"] for r in results)
+    # Both jobs ran at once when the cluster had two free CPUs (busy); on a full cluster SLURM ran one
+    # after the other, and the second found the run finished (skipped). Never two trainers.
+    assert statuses in (["busy", "finished"], ["finished", "skipped"]), results
+    (busy,) = [r for r in results if r["status"] != "finished"]
+    assert "being trained by pid" in busy["reason"] or "already finished" in busy["reason"]
+    runs = training_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "train/loss")]
+    assert steps == list(range(2, 201, 2))
+    reliability.record(
+        request,
+        f"both sweeps exit 0; one job finished, the other's result.json says {busy['status']}: "
+        f"`{busy['reason'][:80]}...`; "
+        f"one run FINISHED; {len(steps)} train/loss steps, each once",
+    )
+
+
+# -- divergence, out of memory, full disk -------------------------------------------------------
+
+
+@pytest.mark.ledger("fault", "a diverging run (optim.lr=100, no warm-up, no clipping)")
+def test_a_diverging_run_is_failed_with_its_reason(cli, request, workdir):
+    proc = cli(
+        ["model=nano", "train.steps=60", "optim.lr=100", "optim.warmup_steps=0", "optim.grad_clip=0", *SMALL_DATA,
+         "train.progress=false", "train.log_interval=1"],
+        workdir,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (run,) = training_runs(workdir)
+    reason = run.data.tags["ablate.status_reason"]
+    assert run.info.status == "FAILED" and "loss became" in reason
+    reliability.record(request, f"exit 1; run FAILED with reason `{reason}`")
+
+
+@pytest.mark.slow
+@pytest.mark.ledger("fault", "gpt2_124m on the CPU under a 4 GiB address-space cap, in a sweep with nano")
 def test_out_of_memory_is_a_failed_run_and_the_sweep_goes_on(request, workdir):
-    case = "gpt2_124m on the CPU under a 4 GiB address-space cap, in a sweep with nano"
-    reliability.record(request, "fault", case, "")
-    cap = "import resource,runpy,sys; resource.setrlimit(resource.RLIMIT_AS,(4<<30,4<<30)); " \
-          "sys.argv=['ablate']+sys.argv[1:]; runpy.run_module('ablate', run_name='__main__')"
-    proc = subprocess.run([sys.executable, "-c", cap, "--multirun", "model=gpt2_124m,nano", "train.steps=4",
-                           "train.batch_size=2", "train.eval_interval=2", "train.progress=false", *SMALL_DATA],
-                          cwd=workdir, capture_output=True, text=True, timeout=900)
+    cap = (
+        "import resource,runpy,sys; resource.setrlimit(resource.RLIMIT_AS,(4<<30,4<<30)); "
+        "sys.argv=['ablate']+sys.argv[1:]; runpy.run_module('ablate', run_name='__main__')"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            cap,
+            "--multirun",
+            "model=gpt2_124m,nano",
+            "train.steps=4",
+            "train.batch_size=2",
+            "train.eval_interval=2",
+            "train.progress=false",
+            *SMALL_DATA,
+        ],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
-    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
-    runs = {r.data.params.get("model.name"): r for r in client.search_runs([client.get_experiment_by_name("ablate").experiment_id])}
+    runs = {r.data.params.get("model.name"): r for r in training_runs(workdir)}
     assert runs["nano"].info.status == "FINISHED"
     assert runs["gpt2_124m"].info.status == "FAILED"
     reason = runs["gpt2_124m"].data.tags["ablate.status_reason"]
     assert "memory" in reason.lower() or "alloc" in reason.lower()
-    reliability.record(request, "fault", case, f"FAILED with reason `{reason[:90]}`; nano FINISHED; exit 1")
+    reliability.record(request, f"exit 1; gpt2_124m FAILED with reason `{reason[:90]}`; nano FINISHED")
 
 
 @pytest.fixture
-def tiny_disk(tmp_path):
+def tiny_disk(tmp_path, require_service):
     mount = tmp_path / "disk"
     mount.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    require_service(done.returncode == 0, f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     yield mount
     subprocess.run(["umount", str(mount)], check=False)
 
 
 @pytest.mark.slow
-def test_full_disk_for_checkpoints_is_a_failed_run(request, workdir, tiny_disk):
-    case = "checkpoints on a full 128 KiB filesystem"
-    reliability.record(request, "fault", case, "")
-    proc = cli([*RUN[:-len(SMALL_DATA)], *SMALL_DATA, f"state_dir={tiny_disk}"], workdir)
+@pytest.mark.ledger("fault", "checkpoints on a full 128 KiB filesystem")
+def test_full_disk_for_checkpoints_is_a_failed_run(cli, request, workdir, tiny_disk):
+    proc = cli([*RUN, f"state_dir={tiny_disk}"], workdir)
     assert proc.returncode == 1
-    (status,) = run_statuses(workdir / "mlflow.db")
-    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("ablate").experiment_id])
+    (run,) = training_runs(workdir)
     reason = run.data.tags["ablate.status_reason"]
-    assert status == "FAILED" and "No space left" in reason
+    assert run.info.status == "FAILED" and "No space left" in reason
     leftovers = [p.name for p in tiny_disk.rglob("*") if p.is_file()]
     assert not any(name.endswith(".tmp") for name in leftovers), leftovers  # no torn temporary files
-    reliability.record(request, "fault", case, f"FAILED with reason `{reason[:80]}`; no temporary file left")
+    reliability.record(request, f"exit 1; run FAILED with reason `{reason[:80]}`; no temporary file left")
 
 
 # -- load ---------------------------------------------------------------------------------------
 
-LOAD_RUN = ["model=nano", "train.steps=20", "train.log_interval=1", "train.eval_interval=10",
-            "train.flush_interval_s=0.5", "train.progress=false", *SMALL_DATA]
+LOAD_RUN = [
+    "model=nano",
+    "train.steps=20",
+    "train.log_interval=1",
+    "train.eval_interval=10",
+    "train.flush_interval_s=0.5",
+    "train.progress=false",
+    *SMALL_DATA,
+]
 N_CONCURRENT = 16
 
 
 def _concurrent(cwd: Path, uri: str) -> list[subprocess.CompletedProcess]:
-    from ablate.tracking import ensure_experiment
+    from ablate.tracking.store import ensure_experiment
 
     ensure_experiment(uri, "load")  # the store and experiment exist before the fan-out
-    procs = [subprocess.Popen([sys.executable, "-m", "ablate", *LOAD_RUN, f"train.seed={i}", f"tracking.uri={uri}",
-                               "tracking.experiment=load", f"hydra.run.dir=outputs/{i}"],
-                              cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
-             for i in range(N_CONCURRENT)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ablate",
+                *LOAD_RUN,
+                f"train.seed={i}",
+                f"tracking.uri={uri}",
+                "tracking.experiment=load",
+                f"hydra.run.dir=outputs/{i}",
+            ],
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        for i in range(N_CONCURRENT)
+    ]
     return [(p.wait(900), p.stderr.read()) for p in procs]
 
 
-def _check_load(request, case: str, uri: str, outcomes) -> None:
-    reliability.record(request, "points", case, "")
+def _check_load(request, uri: str, outcomes) -> None:
     assert all(rc == 0 for rc, _ in outcomes), [err[-500:] for rc, err in outcomes if rc]
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("load")
@@ -295,94 +745,104 @@ def _check_load(request, case: str, uri: str, outcomes) -> None:
     others = [e for e in client.search_experiments() if e.experiment_id != exp.experiment_id]
     stray = sum(len(client.search_runs([e.experiment_id])) for e in others)
     expected = N_CONCURRENT * 20 * 6  # six metrics at each of 20 steps per run
-    found = sum(len(client.get_metric_history(r.info.run_id, k)) for r in runs
-                for k in ("train/loss", "lr", "tokens", "flops", "tokens_per_s", "mfu"))
-    reliability.record(request, "points", case, f"{len(runs)} runs, {found} of {expected} points, {stray} runs in other experiments")
+    found = sum(
+        len(client.get_metric_history(r.info.run_id, k))
+        for r in runs
+        for k in ("train/loss", "lr", "tokens", "flops", "tokens_per_s", "mfu")
+    )
     assert len(runs) == N_CONCURRENT and all(r.info.status == "FINISHED" for r in runs)
     assert stray == 0
     assert found == expected
+    reliability.record(
+        request, f"{N_CONCURRENT} exit 0; {len(runs)} runs FINISHED, {found} of {expected} points, {stray} elsewhere"
+    )
 
 
 @pytest.mark.slow
+@pytest.mark.ledger("points", f"{N_CONCURRENT} concurrent runs, sqlite store")
+@pytest.mark.load
 def test_16_concurrent_runs_on_sqlite(request, workdir):
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    _check_load(request, f"{N_CONCURRENT} concurrent runs, sqlite store", uri, _concurrent(workdir, uri))
+    _check_load(request, uri, _concurrent(workdir, uri))
 
 
 @pytest.mark.slow
-def test_16_concurrent_runs_on_a_postgres_backed_server(request, workdir, postgres):
-    from test_tracking_outage import Server, free_port
-
-    server = Server(None, free_port(), store=postgres)
-    server.start()
-    try:
-        _check_load(request, f"{N_CONCURRENT} concurrent runs, `mlflow server` on PostgreSQL",
-                    server.uri, _concurrent(workdir, server.uri))
-    finally:
-        server.stop()
+@pytest.mark.ledger("points", f"{N_CONCURRENT} concurrent runs, `mlflow server` on PostgreSQL")
+@pytest.mark.load
+def test_16_concurrent_runs_on_a_postgres_backed_server(request, workdir, postgres, mlflow_server):
+    server = mlflow_server(postgres)
+    _check_load(request, server.uri, _concurrent(workdir, server.uri))
 
 
 # -- security -----------------------------------------------------------------------------------
 
 
-def test_checkpoints_load_with_weights_only(request, tmp_path):
-    from ablate import checkpoint
+@pytest.mark.ledger("security", "a checkpoint holding a pickled object, in a run's state dir")
+def test_a_pickled_object_in_a_checkpoint_never_runs(run_config, request, tmp_path, capsys):
+    from ablate.run import train
 
-    reliability.record(request, "security", "a checkpoint holding a pickled object is refused", "")
+    marker = tmp_path / "pwned"
 
     class Payload:
         def __reduce__(self):
-            return (os.system, ("echo pwned",))
+            return (os.system, (f"touch {marker}",))
 
-    import torch
+    cfg = run_config(tmp_path, **{"train.steps": 10})
+    from ablate.run.prepare import prepare
 
-    (tmp_path / "checkpoint.pt").write_bytes(b"")
-    with open(tmp_path / "checkpoint.pt", "wb") as f:
-        torch.save({"step": 1, "evil": Payload()}, f)
-    with pytest.raises(Exception, match="[Ww]eights only"):
-        checkpoint.load(tmp_path)
-    reliability.record(request, "security", "a checkpoint holding a pickled object is refused",
-                       "torch.load(weights_only=True) raised UnpicklingError")
+    state_dir = tmp_path / "state" / prepare(cfg).config_hash
+    state_dir.mkdir(parents=True)
+    with open(state_dir / "checkpoint.pt", "wb") as f:
+        torch.save({"step": 5, "evil": Payload()}, f)
+    result = train.run(cfg, tmp_path / "out")
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "checkpoint" in ln and "moved aside" in ln]
+    assert not marker.exists()  # torch.load(weights_only=True) refused to build the object
+    assert "UnpicklingError" in line
+    assert result.status == "finished" and result.steps == 10  # started over, from step 0
+    reliability.record(
+        request,
+        "the payload never ran (its marker file absent); the file quarantined with one line naming it and "
+        f"`{line[line.index('(') + 1 :].split(':')[0]}`; the run trained from step 0 and finished",
+    )
 
 
-def test_ui_binds_to_loopback_by_default(request):
-    from ablate.ui import server_command
+@pytest.mark.slow
+@pytest.mark.ledger("security", "`ablate ui` binds loopback unless --host is given")
+def test_the_ui_listens_on_loopback_only(request, tmp_path, mlflow_server):
+    from ablate.tracking.store import ensure_experiment
 
-    cmd = server_command("sqlite:////tmp/x.db")
-    reliability.record(request, "security", "`python -m ablate.ui` binds 127.0.0.1 unless --host is given",
-                       " ".join(cmd[cmd.index("--host"):cmd.index("--host") + 2]))
-    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    ensure_experiment(f"sqlite:///{tmp_path / 'ui.db'}", "ablate")
+    server = mlflow_server(str(tmp_path / "ui.db"), ui=True)  # `ablate ui --store ... --port ...`, no --host
+    wait_for(lambda: _listening(server.proc.pid, server.port), 60, "the UI never listened")
+    addresses = _listening(server.proc.pid, server.port)
+    assert addresses == {"127.0.0.1"}, addresses
+    reliability.record(
+        request, f"the server answered /health; its listening sockets on port {server.port}: {sorted(addresses)}"
+    )
 
 
-@pytest.fixture
-def postgres(tmp_path):
-    """A throwaway PostgreSQL cluster on loopback, run as the postgres user; yields its URI."""
-    import glob
-    import pwd
+def _listening(pid: int, port: int) -> set:
+    import psutil
 
-    from test_tracking_outage import free_port
-
-    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
-    if not bins:
-        pytest.fail("PostgreSQL is not installed: scripts/install_test_deps.sh installs it (make test runs it)")
-    # pytest's own temporary root is private to root; the postgres user needs a path it can reach.
-    base = Path(tempfile.mkdtemp(prefix="ablate-pg-"))
-    bin_dir, data, port = Path(bins[-1]), base / "pg", free_port()
-    data.mkdir()
-    user = pwd.getpwnam("postgres")
-    for path in (base, data):
-        os.chown(path, user.pw_uid, user.pw_gid)
-
-    def as_postgres(*cmd):
-        return subprocess.run(["su", "postgres", "-s", "/bin/sh", "-c", " ".join(map(str, cmd))],
-                              capture_output=True, text=True, timeout=120, check=True)
-
-    as_postgres(bin_dir / "initdb", "-D", data, "-A", "trust", "-U", "postgres")
-    as_postgres(bin_dir / "pg_ctl", "-D", data, "-w", "-l", data / "log", "-o",
-                f"'-p {port} -k {data} -c listen_addresses=127.0.0.1 -c max_connections=200'", "start")
     try:
-        as_postgres(bin_dir / "createdb", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "mlflow")
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/mlflow"
-    finally:
-        as_postgres(bin_dir / "pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
-        shutil.rmtree(base, ignore_errors=True)
+        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return set()
+    found = set()
+    for proc in tree:
+        try:
+            found |= {c.laddr.ip for c in proc.net_connections("inet") if c.status == "LISTEN" and c.laddr.port == port}
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.ledger("security", "`ablate plan` with model.name=../../escape (a name that becomes a folder)")
+def test_a_name_that_becomes_a_path_stays_inside(cli, request, tmp_path):
+    cwd = tmp_path / "a" / "b"
+    cwd.mkdir(parents=True)
+    proc = cli(["model=gpt_1p5b", "model.name=../../escape", "budget.tokens=1e11"], cwd, command="plan")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert written and all(p.startswith("a/b/plans/") for p in written), written
+    reliability.record(request, f"exit 0; every file under plans/: {', '.join(written)}")

@@ -25,7 +25,9 @@ def main() -> None:
     for r in rows:
         speed = f"{r['tokens_per_s']:,.0f}" if r.get("tokens_per_s") else "-"
         up = f"{r['speedup']:.2f}x" if r.get("speedup") else "-"
-        lines.append(f"| {r['label']} | {r['status']} | {speed} | {up} | {(r.get('profile') or {}).get('bound') or '-'} |")
+        lines.append(
+            f"| {r['label']} | {r['status']} | {speed} | {up} | {(r.get('profile') or {}).get('bound') or '-'} |"
+        )
     text = "\n".join(lines + [""] + roofline.bound_notes(rows)) + "\n"
     (sweep_dir / "bounds.md").write_text(text)
     print(text)

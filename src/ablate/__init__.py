@@ -1,3 +1,21 @@
-"""ablate: small, honest training experiments turned into decisions about big ones."""
+"""ablate: small, honest training experiments turned into decisions about big ones.
+
+Layers, each a subpackage whose imports only point down this list (tests/test_architecture.py
+checks it). Every __init__ states its package's API and imports nothing, so that importing one
+module never loads its siblings: the planning and fitting code runs without torch.
+
+    config.py files.py faults.py host.py provenance.py   the schema, atomic writes, failpoints,
+                                                       cores and processes, config hash and code version
+    model/     the GPT and what is applied to it: accounting, precision policies, the optimizer
+    data/      token sources: the synthetic language, text, token files
+    perf/      hardware, memory, decode bound, roofline, profiling
+    tracking/  MLflow: the run tracker, stores, tags, the outage spool
+    run/       one training run: prepare, decide, train, checkpoint, DDP ranks, signals, results
+    scaling/   scaling laws fitted to runs: points, laws, bootstrap, frontier, export
+    plan/      the big run priced: config, hardware, MFU, memory, loss, constraints, rendering
+    sweep/     many runs: the Hydra callback, the plan, the summary, recorded studies, launchers
+    search/    Optuna studies whose trials are sweep jobs, with pruning
+    cli/       the commands (`ablate COMMAND`), one module each, over the library
+"""
 
 __version__ = "0.1.0"

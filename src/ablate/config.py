@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union, get_args, get_origin
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+# conf/ sits at the repository root next to src/ (the package is installed in editable mode).
+CONF_DIR = Path(os.environ.get("ABLATE_CONF", Path(__file__).resolve().parents[2] / "conf"))
 
 
 class ConfigError(ValueError):
@@ -35,7 +40,7 @@ class ModelConfig:
     n_embd: int = 128
     block_size: int = 64
     # None: taken from the data source (27 for the synthetic language, 256 for bytes).
-    vocab_size: Optional[int] = None
+    vocab_size: int | None = None
     attention: Literal["manual", "sdpa"] = "sdpa"
     dropout: float = 0.0
     init_std: float = 0.02
@@ -46,13 +51,13 @@ class ModelConfig:
     # standard parametrization are the same network; null means this width is the base.
     # mup_base_width is ignored while mup is false, so one preset can serve both in a sweep.
     mup: bool = False
-    mup_base_width: Optional[int] = None
+    mup_base_width: int | None = None
 
     def validate(self) -> None:
         for key in ("n_layer", "n_head", "n_embd", "block_size"):
-            _positive(f"model.{key}", getattr(self, key))
-        if self.vocab_size is not None:
-            _positive("model.vocab_size", self.vocab_size)
+            require_positive(f"model.{key}", getattr(self, key))
+        if self.vocab_size is not None and self.vocab_size < 2:
+            raise ConfigError(f"model.vocab_size={self.vocab_size} is too small (valid: >= 2, or null for the data's)")
         if self.n_embd % self.n_head:
             valid = self.n_embd - self.n_embd % self.n_head or self.n_head
             raise ConfigError(
@@ -61,9 +66,9 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} is invalid (valid: 0 <= dropout < 1)")
-        _positive("model.init_std", self.init_std)
+        require_positive("model.init_std", self.init_std)
         if self.mup_base_width is not None:
-            _positive("model.mup_base_width", self.mup_base_width)
+            require_positive("model.mup_base_width", self.mup_base_width)
 
 
 @dataclass
@@ -80,16 +85,31 @@ class SyntheticDataConfig:
     train_tokens: int = 4_000_000
     val_tokens: int = 200_000
 
+    # Longer words add nothing a block of context could use, and the lexicon draw's memory grows with them.
+    MAX_WORD_LEN = 64
+    # q_r ~ (r+1)^-s: beyond this the rarest ranks' probabilities underflow (no entropy to compute).
+    MAX_ZIPF = 10.0
+
     def validate(self) -> None:
         for key in ("n_words", "successors", "min_len", "max_len", "train_tokens", "val_tokens"):
-            _positive(f"data.{key}", getattr(self, key))
-        if self.successors > self.n_words:
-            raise ConfigError(
-                f"data.successors={self.successors} exceeds data.n_words={self.n_words} "
-                f"(valid: 1..{self.n_words})"
-            )
+            require_positive(f"data.{key}", getattr(self, key))
+        if self.max_len > self.MAX_WORD_LEN:
+            raise ConfigError(f"data.max_len={self.max_len} is too long (valid: 1..{self.MAX_WORD_LEN} letters)")
         if self.min_len > self.max_len:
             raise ConfigError(f"data.min_len={self.min_len} > data.max_len={self.max_len} (valid: min_len <= max_len)")
+        capacity = sum(26**n for n in range(self.min_len, self.max_len + 1))
+        if not 2 <= self.n_words <= capacity:
+            raise ConfigError(
+                f"data.n_words={self.n_words} is not a lexicon of distinct words {self.min_len}..{self.max_len} "
+                f"letters long (valid: 2..{capacity:,})"
+            )
+        if not 2 <= self.successors <= self.n_words:
+            raise ConfigError(f"data.successors={self.successors} is out of range (valid: 2..{self.n_words})")
+        for key in ("zipf_unigram", "zipf_successor"):
+            if not 0.0 <= getattr(self, key) <= self.MAX_ZIPF:
+                raise ConfigError(f"data.{key}={getattr(self, key)} is out of range (valid: 0..{self.MAX_ZIPF:g})")
+        if self.seed < 0:
+            raise ConfigError(f"data.seed={self.seed} is negative (valid: >= 0)")
 
 
 @dataclass
@@ -101,33 +121,61 @@ class TextDataConfig:
     glob: str = "**/*.py"
     max_bytes: int = 20_000_000
     val_fraction: float = 0.05
+    # bytes: one token per byte (vocab 256). bpe: a byte-level BPE tokenizer of vocab_size entries
+    # trained on the train split (data/tokenizer.py), its token files cached under cache_dir.
+    tokenizer: Literal["bytes", "bpe"] = "bytes"
+    vocab_size: int | None = None  # bpe only; null: 4096
+    cache_dir: str = ".ablate/data"
 
     def validate(self) -> None:
         if not self.paths:
             raise ConfigError("data.paths=[] is empty (valid: a list of files or folders, or [stdlib])")
-        _positive("data.max_bytes", self.max_bytes)
-        _fraction("data.val_fraction", self.val_fraction)
+        for entry in self.paths:
+            if not isinstance(entry, str) or not entry.strip():
+                raise ConfigError(f"data.paths has {entry!r} (valid: file or folder paths, or stdlib)")
+        if not self.glob or self.glob.startswith(("/", "~")):
+            raise ConfigError(
+                f"data.glob={self.glob!r} is invalid (valid: a pattern relative to each folder, e.g. '**/*.txt')"
+            )
+        require_positive("data.max_bytes", self.max_bytes)
+        if not self.cache_dir.strip():
+            raise ConfigError("data.cache_dir='' is empty (valid: a folder for prepared token files)")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ConfigError(f"data.val_fraction={self.val_fraction} is invalid (valid: 0 < val_fraction < 1)")
+        if self.vocab_size is not None:
+            if self.tokenizer == "bytes" and self.vocab_size != 256:
+                raise ConfigError(
+                    f"data.vocab_size={self.vocab_size} with data.tokenizer=bytes "
+                    "(valid: data.tokenizer=bpe to choose a vocabulary; bytes have 256)"
+                )
+            if not 257 <= self.vocab_size <= 65536 and self.tokenizer == "bpe":
+                raise ConfigError(f"data.vocab_size={self.vocab_size} is out of range (valid: 257 to 65536)")
 
 
 @dataclass
 class TokenDataConfig:
     kind: Literal["tokens"] = "tokens"
-    # uint16 token ids written by the user's tokenizer (numpy .tofile / memmap).
+    # A folder written by `ablate prepare` (train.bin, val.bin, meta.json: vocabulary and bytes per
+    # token come from it), or uint16 token ids written by your own tokenizer (numpy .tofile / memmap).
+    dir: str = ""
     train_bin: str = ""
     val_bin: str = ""
-    vocab_size: int = 50257
+    vocab_size: int | None = None  # null: from dir's meta.json, else 50257 (GPT-2's)
 
     def validate(self) -> None:
-        if not self.train_bin or not self.val_bin:
+        if not self.dir and (not self.train_bin or not self.val_bin):
             raise ConfigError(
-                "data.train_bin and data.val_bin must name uint16 token files (valid: paths to existing .bin files)"
+                "data.dir or data.train_bin and data.val_bin must name token files "
+                "(valid: a folder from `ablate prepare`, or paths to existing uint16 .bin files)"
             )
-        _positive("data.vocab_size", self.vocab_size)
-        if self.vocab_size > 65536:
-            raise ConfigError(f"data.vocab_size={self.vocab_size} does not fit uint16 (valid: <= 65536)")
+        if self.vocab_size is not None:
+            if self.vocab_size < 2:
+                raise ConfigError(f"data.vocab_size={self.vocab_size} is too small (valid: 2..65536, or null)")
+            if self.vocab_size > 65536 and not self.dir:
+                raise ConfigError(f"data.vocab_size={self.vocab_size} does not fit uint16 (valid: <= 65536)")
 
 
-DataConfig = Union[SyntheticDataConfig, TextDataConfig, TokenDataConfig]
+DataConfig = SyntheticDataConfig | TextDataConfig | TokenDataConfig
 DATA_KINDS = {"synthetic": SyntheticDataConfig, "text": TextDataConfig, "tokens": TokenDataConfig}
 
 
@@ -136,17 +184,34 @@ class PrecisionConfig:
     name: Literal["fp32", "bf16", "bf16_pure", "fp16", "fp8", "fp8_emulated"] = "fp32"
     # Storage dtype of weights and gradients; optimizer moments stay fp32 in every policy.
     param_dtype: Literal["fp32", "bf16"] = "fp32"
-    autocast: Optional[Literal["bf16", "fp16"]] = None
+    autocast: Literal["bf16", "fp16"] | None = None
     loss_scaling: bool = False
-    fp8: Optional[Literal["real", "emulated"]] = None
+    fp8: Literal["real", "emulated"] | None = None
     # Which devices can run this policy, and the CUDA compute capability it needs there.
     devices: list = field(default_factory=lambda: list(DEVICE_KINDS))
-    min_cuda_capability: Optional[float] = None
+    min_cuda_capability: float | None = None
+
+    @property
+    def matmul_dtype(self) -> str:
+        """The dtype this policy's matmuls run in, the key of hardware.peak_flops that MFU and time are
+        measured against: fp8 with real fp8 kernels, else the autocast dtype, else the weights' dtype.
+        (perf/roofline.py refines fp32 to tf32 where CUDA's TF32 tensor cores are on.)"""
+        if self.fp8 == "real":
+            return "fp8"
+        if self.autocast:
+            return self.autocast
+        return "bf16" if self.param_dtype == "bf16" else "fp32"
+
+    @property
+    def uses_bf16(self) -> bool:
+        return self.param_dtype == "bf16" or self.autocast == "bf16"
 
     def validate(self) -> None:
         for d in self.devices:
             if d not in DEVICE_KINDS:
                 raise ConfigError(f"precision.devices has {d!r} (valid: {', '.join(DEVICE_KINDS)})")
+        if self.min_cuda_capability is not None:
+            require_positive("precision.min_cuda_capability", self.min_cuda_capability)
         if self.loss_scaling and self.autocast != "fp16":
             raise ConfigError("precision.loss_scaling=true needs precision.autocast=fp16 (valid: fp16 autocast)")
 
@@ -158,28 +223,30 @@ class HardwareConfig:
     # Peak dense FLOP/s per precision (no sparsity). Missing entries: not supported, or
     # (for the cpu) measured on this machine by a short matmul benchmark.
     peak_flops: dict = field(default_factory=dict)
-    memory_gb: Optional[float] = None
-    memory_bandwidth_gbs: Optional[float] = None
-    price_per_hour: Optional[float] = None
+    memory_gb: float | None = None
+    memory_bandwidth_gbs: float | None = None
+    price_per_hour: float | None = None
     gpus_per_node: int = 1
     # Runs at once on one machine under the parallel launcher; None means from the core count.
-    workers: Optional[int] = None
-    cuda_capability: Optional[float] = None
+    workers: int | None = None
+    cuda_capability: float | None = None
 
     def validate(self) -> None:
         for k, v in self.peak_flops.items():
             if k not in ("fp32", "tf32", "bf16", "fp16", "fp8"):
                 raise ConfigError(f"hardware.peak_flops has key {k!r} (valid: fp32, tf32, bf16, fp16, fp8)")
             if v is not None:
-                _positive(f"hardware.peak_flops.{k}", v)
+                require_positive(f"hardware.peak_flops.{k}", v)
         for key in ("memory_gb", "memory_bandwidth_gbs"):
             if getattr(self, key) is not None:
-                _positive(f"hardware.{key}", getattr(self, key))
+                require_positive(f"hardware.{key}", getattr(self, key))
         if self.price_per_hour is not None and self.price_per_hour < 0:
             raise ConfigError(f"hardware.price_per_hour={self.price_per_hour} is negative (valid: >= 0)")
-        _positive("hardware.gpus_per_node", self.gpus_per_node)
+        require_positive("hardware.gpus_per_node", self.gpus_per_node)
         if self.workers is not None:
-            _positive("hardware.workers", self.workers)
+            require_positive("hardware.workers", self.workers)
+        if self.cuda_capability is not None:
+            require_positive("hardware.cuda_capability", self.cuda_capability)
 
 
 @dataclass
@@ -191,16 +258,24 @@ class OptimConfig:
     eps: float = 1e-8
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    # Linear warmup for `warmup_steps`, then cosine decay to lr * min_lr_ratio (Loshchilov & Hutter 2017).
+    # Linear warmup for `warmup_steps`, then (model/optim.py lr_at):
+    # - cosine: cosine decay to lr * min_lr_ratio at the last step (Loshchilov & Hutter 2017);
+    # - wsd: warmup-stable-decay, constant lr, then a cooldown over the last cooldown_fraction of
+    #   the steps to lr * min_lr_ratio, shaped by cooldown_shape (Hägele et al. 2024: a 1-sqrt
+    #   cooldown of ~20% matches cosine). Runs that differ only in budget share their constant
+    #   part: a list budget (train.tokens=[a,b,c]) trains it once and forks a cooldown per budget;
+    # - constant: lr after warmup.
     warmup_steps: int = 20
-    schedule: Literal["cosine", "constant"] = "cosine"
+    schedule: Literal["cosine", "wsd", "constant"] = "cosine"
     min_lr_ratio: float = 0.1
+    cooldown_fraction: float = 0.2
+    cooldown_shape: Literal["1-sqrt", "linear", "cosine"] = "1-sqrt"
 
     def validate(self) -> None:
-        _positive("optim.lr", self.lr)
-        _fraction("optim.beta1", self.beta1)
-        _fraction("optim.beta2", self.beta2)
-        _positive("optim.eps", self.eps)
+        require_positive("optim.lr", self.lr)
+        require_fraction("optim.beta1", self.beta1)
+        require_fraction("optim.beta2", self.beta2)
+        require_positive("optim.eps", self.eps)
         if self.weight_decay < 0:
             raise ConfigError(f"optim.weight_decay={self.weight_decay} is negative (valid: >= 0)")
         if self.grad_clip < 0:
@@ -209,14 +284,20 @@ class OptimConfig:
             raise ConfigError(f"optim.warmup_steps={self.warmup_steps} is negative (valid: >= 0)")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ConfigError(f"optim.min_lr_ratio={self.min_lr_ratio} is invalid (valid: 0..1)")
+        if not 0.0 < self.cooldown_fraction <= 1.0:
+            raise ConfigError(
+                f"optim.cooldown_fraction={self.cooldown_fraction} is invalid (valid: 0 < fraction <= 1, e.g. 0.2)"
+            )
 
 
 @dataclass
 class TrainConfig:
     # Exactly one budget: steps, tokens, or training FLOPs (converted to steps by the model's FLOPs/token).
-    steps: Optional[int] = None
-    tokens: Optional[int] = None
-    flops: Optional[float] = None
+    # A list of budgets (train.tokens=[a,b,c], with optim.schedule=wsd) is one constant-rate trunk
+    # and a cooldown branch per budget, each branch an ordinary run (run/branches.py).
+    steps: int | list | None = None
+    tokens: int | list | None = None
+    flops: float | list | None = None
     batch_size: int = 16
     eval_interval: int = 50
     eval_batches: int = 8
@@ -246,16 +327,28 @@ class TrainConfig:
                 "(valid: one of train.steps, train.tokens, train.flops; set the others to null)"
             )
         for k, v in budgets.items():
-            _positive(f"train.{k}", v)
+            if isinstance(v, list):
+                if not v or len(set(v)) != len(v):
+                    raise ConfigError(
+                        f"train.{k}={v} is invalid (valid: one budget, or a list of distinct budgets such as [1e6,2e6])"
+                    )
+                for i, x in enumerate(v):
+                    require_positive(f"train.{k}[{i}]", x)
+            else:
+                require_positive(f"train.{k}", v)
         for key in ("batch_size", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
-            _positive(f"train.{key}", getattr(self, key))
-        _positive("train.flush_interval_s", self.flush_interval_s)
+            require_positive(f"train.{key}", getattr(self, key))
+        require_positive("train.flush_interval_s", self.flush_interval_s)
+        if self.seed < 0:
+            raise ConfigError(f"train.seed={self.seed} is negative (valid: >= 0; batches are drawn from seed and step)")
         if self.profile_start < 0:
             raise ConfigError(f"train.profile_start={self.profile_start} is negative (valid: >= 0, a step index)")
-        _positive("train.profile_steps", self.profile_steps)
+        require_positive("train.profile_steps", self.profile_steps)
         if self.profile and self.compile:
-            raise ConfigError("train.profile=true with train.compile=true: the operator table counts eager aten "
-                              "ops (valid: train.compile=false while profiling)")
+            raise ConfigError(
+                "train.profile=true with train.compile=true: the operator table counts eager aten "
+                "ops (valid: train.compile=false while profiling)"
+            )
 
 
 @dataclass
@@ -263,11 +356,15 @@ class TrackingConfig:
     backend: Literal["mlflow", "none"] = "mlflow"
     uri: str = ""
     experiment: str = "ablate"
-    run_name: Optional[str] = None
+    run_name: str | None = None
 
     def validate(self) -> None:
         if self.backend == "mlflow" and not self.uri:
-            raise ConfigError("tracking.uri is empty (valid: sqlite:////abs/path.db, http://host:port, file:...)")
+            raise ConfigError(
+                "tracking.uri is empty (valid: sqlite:////abs/path.db, http://host:port, postgresql://...)"
+            )
+        if self.backend == "mlflow" and not self.experiment.strip():
+            raise ConfigError("tracking.experiment is empty (valid: an experiment name, e.g. ablate)")
 
 
 @dataclass
@@ -304,17 +401,30 @@ def parse_run(tree: dict) -> RunConfig:
     _reject_unknown("", tree, known)
     missing = [k for k in (*SECTIONS, "data") if k not in tree]
     if missing:
-        raise ConfigError(f"config is missing section(s) {', '.join(missing)} (valid: a full tree from conf/config.yaml)")
+        raise ConfigError(
+            f"config is missing section(s) {', '.join(missing)} (valid: a full tree from conf/config.yaml)"
+        )
     parts = {name: build(cls, tree[name], name) for name, cls in SECTIONS.items()}
     parts["data"] = parse_data(tree["data"])
     run = RunConfig(
         **parts,
-        state_dir=str(tree.get("state_dir", ".ablate/state")),
-        skip_unsupported=bool(tree.get("skip_unsupported", False)),
+        state_dir=coerce("state_dir", tree.get("state_dir", ".ablate/state"), str),
+        skip_unsupported=coerce("skip_unsupported", tree.get("skip_unsupported", False), bool),
     )
     for part in (run.model, run.data, run.precision, run.hardware, run.optim, run.train, run.tracking):
         part.validate()
+    key, value = budget(run.train)
+    if isinstance(value, list) and run.optim.schedule != "wsd":
+        raise ConfigError(
+            f"train.{key}={value} is a list of budgets, which needs optim.schedule=wsd, not {run.optim.schedule} "
+            f"(valid: optim.schedule=wsd, or one run per budget as a sweep: train.{key}={','.join(map(str, value))})"
+        )
     return run
+
+
+def budget(train: TrainConfig) -> tuple[str, Any]:
+    """(key, value) of the run's one budget: steps, tokens or flops."""
+    return next((k, getattr(train, k)) for k in ("steps", "tokens", "flops") if getattr(train, k) is not None)
 
 
 def parse_data(tree: dict) -> DataConfig:
@@ -333,7 +443,7 @@ def build(cls: type, tree: Any, prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     _reject_unknown(prefix, tree, names)
-    values = {k: _coerce(f"{prefix}.{k}", v, hints[k]) for k, v in tree.items()}
+    values = {k: coerce(f"{prefix}.{k}", v, hints[k]) for k, v in tree.items()}
     return cls(**values)
 
 
@@ -344,13 +454,21 @@ def _reject_unknown(prefix: str, tree: dict, valid) -> None:
             raise ConfigError(f"unknown key {where} (valid: {', '.join(sorted(valid))})")
 
 
-def _coerce(key: str, value: Any, hint: Any) -> Any:
+def coerce(key: str, value: Any, hint: Any) -> Any:
     origin = get_origin(hint)
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(hint) if a is not type(None)]
         if value is None:
             return None
-        return _coerce(key, value, args[0]) if len(args) == 1 else value
+        if len(args) == 1:
+            return coerce(key, value, args[0])
+        # A scalar or a list of that scalar (a list of budgets): each element is checked.
+        scalars = [a for a in args if a not in (list, dict) and get_origin(a) not in (list, dict)]
+        if len(scalars) == 1 and list in args and isinstance(value, list):
+            return [coerce(f"{key}[{i}]", v, scalars[0]) for i, v in enumerate(value)]
+        if len(scalars) == 1 and not isinstance(value, (list, dict)):
+            return coerce(key, value, scalars[0])
+        return value
     if origin is Literal:
         choices = get_args(hint)
         if value not in choices:
@@ -375,6 +493,8 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
             return float(value)
         raise ConfigError(f"{key}={value!r} is not a number (valid: e.g. 3e-4)")
     if hint is str:
+        if value is None:
+            raise ConfigError(f"{key}=null is not allowed (valid: a string)")
         if isinstance(value, (dict, list)):
             raise ConfigError(f"{key}={value!r} is not a string")
         return str(value)
@@ -386,12 +506,12 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
     return value
 
 
-def _positive(key: str, value: Any) -> None:
+def require_positive(key: str, value: Any) -> None:
     if value is None or value <= 0:
         raise ConfigError(f"{key}={value} must be positive (valid: > 0)")
 
 
-def _fraction(key: str, value: float) -> None:
+def require_fraction(key: str, value: float) -> None:
     if not 0.0 <= value < 1.0:
         raise ConfigError(f"{key}={value} is invalid (valid: 0 <= value < 1)")
 

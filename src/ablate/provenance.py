@@ -32,6 +32,7 @@ HASH_EXCLUDED = {
     "hardware.memory_bandwidth_gbs",
     "hardware.name",
     "hardware.device",
+    "data.cache_dir",
 }
 
 
@@ -45,6 +46,14 @@ def config_hash(cfg: RunConfig, hardware=None) -> str:
     if not flat.get("model.mup"):  # options that change nothing when off keep older hashes valid
         flat.pop("model.mup", None)
         flat.pop("model.mup_base_width", None)
+    if flat.get("optim.schedule") != "wsd":
+        flat.pop("optim.cooldown_fraction", None)
+        flat.pop("optim.cooldown_shape", None)
+    if flat.get("data.kind") == "text" and flat.get("data.tokenizer") == "bytes":
+        flat.pop("data.tokenizer", None)
+        flat.pop("data.vocab_size", None)
+    if flat.get("data.kind") == "tokens" and not flat.get("data.dir"):
+        flat.pop("data.dir", None)
     if hardware is not None:
         flat["hardware.resolved_device"] = hardware.device
     blob = json.dumps(flat, sort_keys=True, default=str)

@@ -21,8 +21,9 @@ def _curve_matrix(curves: Sequence[RunCurve], C: np.ndarray, key: str) -> np.nda
     return out
 
 
-def fit_approach1(curves: Sequence[RunCurve], *, n_grid: int = 200, n_boot: int = DEFAULT_BOOT,
-                  seed: int = 0) -> FrontierFit:
+def fit_approach1(
+    curves: Sequence[RunCurve], *, n_grid: int = 200, n_boot: int = DEFAULT_BOOT, seed: int = 0
+) -> FrontierFit:
     """Hoffmann et al. 2022 approach 1: at each C of a log grid, the run with the lowest loss gives
     N_opt(C) and D_opt(C); fit power laws in C. The grid spans the FLOPs reached by at least two runs.
     Bootstrap: resample runs with replacement."""
@@ -34,8 +35,11 @@ def fit_approach1(curves: Sequence[RunCurve], *, n_grid: int = 200, n_boot: int 
     loss = _curve_matrix(curves, grid, "loss")
     grid_ok = np.isfinite(loss).sum(0) >= 2
     if grid_ok.sum() < 2:
-        raise FitInputError(f"{law_name}: the runs' FLOP ranges overlap at fewer than 2 grid points; "
-                            "runs must share some compute range")
+        raise FitInputError(
+            f"{law_name}: the runs' FLOP ranges overlap at fewer than 2 grid points; "
+            "runs must share some compute range",
+            "narrow_span",
+        )
     grid, loss = grid[grid_ok], loss[:, grid_ok]
     tokens = _curve_matrix(curves, grid, "tokens")
     Ns = np.array([r.N for r in curves])
@@ -50,5 +54,13 @@ def fit_approach1(curves: Sequence[RunCurve], *, n_grid: int = 200, n_boot: int 
         mask = np.isfinite(sub.min(1))
         nb, db = Ns[wb], tokens[wb, cols]
         Cb = np.broadcast_to(grid, nb.shape)
-    return FrontierFit("approach1", fit_power_law(grid, n_opt, Cb, nb, mask),
-                       fit_power_law(grid, d_opt, Cb, db, mask), grid, n_opt, d_opt, l_opt, n_boot)
+    return FrontierFit(
+        "approach1",
+        fit_power_law(grid, n_opt, Cb, nb, mask),
+        fit_power_law(grid, d_opt, Cb, db, mask),
+        grid,
+        n_opt,
+        d_opt,
+        l_opt,
+        n_boot,
+    )

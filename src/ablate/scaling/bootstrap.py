@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ablate.scaling.multistart import Diagnostics, Solution, Tolerances, multistart, same_basin
-from ablate.scaling.optimizer import LseHuber, batched_objective, bfgs, n_threads, natural_params
-
+from ablate.scaling.optimizer import LseHuber, batched_objective, bfgs, n_threads
 
 DEFAULT_BOOT = 1000
 CI_LEVEL = 0.95
@@ -64,8 +63,14 @@ class Bootstrap:
         return self.samples[self.converged]
 
     def to_dict(self) -> dict:
-        return {"n_resamples": self.n_resamples, "n_converged": int(self.converged.sum()), "seed": self.seed,
-                "n_grid_starts": self.n_grid_starts, "interval": "percentile", "level": CI_LEVEL}
+        return {
+            "n_resamples": self.n_resamples,
+            "n_converged": int(self.converged.sum()),
+            "seed": self.seed,
+            "n_grid_starts": self.n_grid_starts,
+            "interval": "percentile",
+            "level": CI_LEVEL,
+        }
 
 
 def resample_counts(n: int, n_boot: int, seed: int) -> np.ndarray:
@@ -76,8 +81,16 @@ def resample_counts(n: int, n_boot: int, seed: int) -> np.ndarray:
     return np.stack([np.bincount(row, minlength=n) for row in idx])
 
 
-def _bootstrap_thetas(loss: LseHuber, solution: Solution, counts: np.ndarray, grid: np.ndarray,
-                      n_grid_starts: int, seed: int, tol: Tolerances, pool: ThreadPoolExecutor):
+def _bootstrap_thetas(
+    loss: LseHuber,
+    solution: Solution,
+    counts: np.ndarray,
+    grid: np.ndarray,
+    n_grid_starts: int,
+    seed: int,
+    tol: Tolerances,
+    pool: ThreadPoolExecutor,
+):
     """Each resample starts from the full-data optimum plus n_grid_starts grid starts that reached the
     full-data optimum (seeded choice); stage 1 in float32, then its best start polished in float64.
     counts (R, n) from resample_counts. Returns thetas (R, k) and converged (R,)."""
@@ -85,12 +98,22 @@ def _bootstrap_thetas(loss: LseHuber, solution: Solution, counts: np.ndarray, gr
     starts = _warm_starts(solution, grid, n_grid_starts, seed)  # (K, k)
     K = len(starts)
     owner = np.repeat(np.arange(R), K)
-    stage1 = bfgs(batched_objective(loss, counts.astype(np.float32)[owner], np.float32, pool),
-                  np.tile(starts, (R, 1)), max_iter=tol.max_iter, gtol=tol.gtol, ftol=tol.ftol)
+    stage1 = bfgs(
+        batched_objective(loss, counts.astype(np.float32)[owner], np.float32, pool),
+        np.tile(starts, (R, 1)),
+        max_iter=tol.max_iter,
+        gtol=tol.gtol,
+        ftol=tol.ftol,
+    )
     f = np.where(np.isfinite(stage1.f), stage1.f, np.inf).reshape(R, K)
     best = np.arange(R) * K + f.argmin(1)
-    polished = bfgs(batched_objective(loss, counts.astype(np.float64), np.float64, pool), stage1.theta[best],
-                    max_iter=tol.polish_max_iter, gtol=tol.polish_gtol, ftol=tol.polish_ftol)
+    polished = bfgs(
+        batched_objective(loss, counts.astype(np.float64), np.float64, pool),
+        stage1.theta[best],
+        max_iter=tol.polish_max_iter,
+        gtol=tol.polish_gtol,
+        ftol=tol.polish_ftol,
+    )
     return polished.theta, tol.accepted(polished)
 
 
@@ -102,14 +125,18 @@ def _warm_starts(solution: Solution, grid: np.ndarray, n_grid_starts: int, seed:
     return np.vstack([solution.theta[None], grid[np.sort(chosen)]])
 
 
-def fit_lse(loss: LseHuber, grid: np.ndarray, n_boot: int, seed: int, boot_grid_starts: int,
-            tol: Tolerances) -> tuple[np.ndarray, Diagnostics, Bootstrap | None]:
-    """Multi-start fit, then the bootstrap (natural parameters) when n_boot > 0. Starts that wander off
-    to overflow are expected (dropped as non-finite): numpy's warnings about them are not shown."""
+def fit_lse(
+    loss: LseHuber, grid: np.ndarray, n_boot: int, seed: int, boot_grid_starts: int, tol: Tolerances
+) -> tuple[np.ndarray, Diagnostics, Bootstrap | None]:
+    """Multi-start fit from `grid` (Hoffmann's layout, LseHuber.starts), then the bootstrap (natural
+    parameters) when n_boot > 0. Returns theta, not natural parameters. Starts that wander off to
+    overflow are expected (dropped as non-finite): numpy's warnings about them are not shown."""
+    starts = loss.starts(grid)
     with ThreadPoolExecutor(n_threads()) as pool, np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        solution = multistart(loss, grid, tol, pool)
+        solution = multistart(loss, starts, tol, pool)
         if n_boot <= 0:
             return solution.theta, solution.diagnostics, None
-        thetas, ok = _bootstrap_thetas(loss, solution, resample_counts(loss.log_loss.size, n_boot, seed), grid,
-                                       boot_grid_starts, seed, tol, pool)
-    return solution.theta, solution.diagnostics, Bootstrap(natural_params(thetas), ok, seed, boot_grid_starts)
+        thetas, ok = _bootstrap_thetas(
+            loss, solution, resample_counts(loss.log_loss.size, n_boot, seed), starts, boot_grid_starts, seed, tol, pool
+        )
+    return solution.theta, solution.diagnostics, Bootstrap(loss.natural(thetas), ok, seed, boot_grid_starts)

@@ -1,5 +1,6 @@
-"""The compute-optimal frontier N_opt(C), D_opt(C): in closed form from approach 3's law (with
-bootstrap bands), and as power laws k C^a fitted to the optima that approaches 1 and 2 find."""
+"""The compute-optimal frontier N_opt(C), D_opt(C): as power laws k C^a fitted to the optima that
+approaches 1 and 2 find, and in closed form from approach 3's law (the Frontier table, built by
+predict.frontier, and the bootstrap laws' losses and optima that its bands come from)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ablate.scaling.bootstrap import Estimate, estimate, percentile_band
+from ablate.scaling.bootstrap import Estimate, estimate
 from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN
 
 if TYPE_CHECKING:
     from ablate.scaling.approach2 import IsoFlopBudget
-    from ablate.scaling.chinchilla import Approach3Fit
 
 
 @dataclass(frozen=True)
@@ -28,9 +28,10 @@ class PowerLaw:
 
 
 def _ols(x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least squares y = c + s x per row of (R, g) arrays over the masked entries -> c (R,), s (R,)."""
+    """Least squares y = c + s x per row of (R, g) arrays over the masked entries -> c (R,), s (R,);
+    NaN for a row with fewer than 2 entries (a resample that left no optimum to fit)."""
     m = mask.astype(float)
-    n = m.sum(1)
+    n = np.maximum(m.sum(1), 1)
     xm = (m * x).sum(1) / n
     ym = (m * np.where(mask, y, 0)).sum(1) / n
     dx = np.where(mask, x - xm[:, None], 0)
@@ -66,7 +67,9 @@ class FrontierFit:
 
 @dataclass(frozen=True)
 class Frontier:
-    """Compute-optimal allocation from approach 3 on a grid of C, with bootstrap bands. Arrays (g,)."""
+    """Compute-optimal allocation from approach 3 on a grid of C (predict.frontier). Arrays (g,); the
+    bands are 95% intervals (N, D: bootstrap; loss: calibrated, calibration.py), NaN without them;
+    levels (g,) the verdict at each C (verdict.py)."""
 
     C: np.ndarray
     N_opt: np.ndarray
@@ -78,40 +81,28 @@ class Frontier:
     D_hi: np.ndarray
     loss_lo: np.ndarray
     loss_hi: np.ndarray
+    levels: tuple[str, ...] = ()
 
     @property
     def tokens_per_param(self) -> np.ndarray:
         return self.D_opt / self.N_opt
 
 
-def _sample_table(fit: Approach3Fit) -> np.ndarray:
-    """Bootstrap laws as columns (5, R) of E, A, B, alpha, beta for vectorised evaluation."""
-    return fit.bootstrap.usable().T[:, :, None] if fit.bootstrap is not None else np.empty((5, 0, 1))
+# Vectorised over bootstrap laws: samples (R, 5) in the order E, A, B, alpha, beta. A resample of few
+# points can fit exponents so large that a law overflows far from its data; that sample's value is
+# inf, which the percentile interval takes as it is, so numpy need not warn.
 
 
-# A resample of few points can fit exponents so large that a law overflows far from its data; that
-# sample's value is inf, which the percentile interval takes as it is, so numpy need not warn.
+def loss_samples(samples: np.ndarray, N, D) -> np.ndarray:
+    """L(N, D) under each bootstrap law: (R, g) for N, D broadcastable to (g,) or (R, g)."""
+    E, A, B, al, be = samples.T[:, :, None] if samples.size else np.empty((5, 0, 1))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return E + A / np.asarray(N, float) ** al + B / np.asarray(D, float) ** be
 
 
-def loss_samples(fit: Approach3Fit, N, D) -> np.ndarray:
-    E, A, B, al, be = _sample_table(fit)
-    with np.errstate(over="ignore"):
-        return E + A / np.asarray(N, float) ** al + B / np.asarray(D, float) ** be  # (R, g)
-
-
-def _nopt_samples(fit: Approach3Fit, C) -> np.ndarray:
-    E, A, B, al, be = _sample_table(fit)
+def n_opt_samples(samples: np.ndarray, C) -> np.ndarray:
+    """N_opt(C) = G (C/6)^(beta/(alpha+beta)) under each bootstrap law: (R, g)."""
+    E, A, B, al, be = samples.T[:, :, None] if samples.size else np.empty((5, 0, 1))
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         G = (al * A / (be * B)) ** (1 / (al + be))
-        return G * (np.asarray(C, float) / FLOPS_PER_PARAM_TOKEN) ** (be / (al + be))  # (R, g)
-
-
-def frontier(fit: Approach3Fit, C) -> Frontier:
-    """N_opt = G (C/6)^a, D_opt = (C/6)/N_opt (Hoffmann et al. 2022, eq. 4) and the loss there."""
-    C = np.atleast_1d(np.asarray(C, float))
-    law = fit.law
-    N, D = law.n_opt(C), law.d_opt(C)
-    Nb = _nopt_samples(fit, C)
-    Db = C / FLOPS_PER_PARAM_TOKEN / Nb
-    Lb = loss_samples(fit, Nb, Db)
-    return Frontier(C, N, D, law.loss(N, D), *percentile_band(Nb), *percentile_band(Db), *percentile_band(Lb))
+        return G * (np.asarray(C, float) / FLOPS_PER_PARAM_TOKEN) ** (be / (al + be))

@@ -1,8 +1,19 @@
 """The Huber-on-log-loss objective of Hoffmann et al. 2022 (eq. 3-4, appendix D.2) and a BFGS that
 minimises it from many starts at once (one numpy batch, not a Python loop of scipy calls).
 
-Log-space parameters theta = [e, a_1, alpha_1, ..., a_m, alpha_m] with E = exp(e), A_j = exp(a_j), so that
-log L_hat = LSE(e, a_1 - alpha_1 log x_1, ..., a_m - alpha_m log x_m)  (Hoffmann et al. 2022, eq. 4).
+The law is L_hat = E + sum_j A_j / x_j^alpha_j, fitted by minimising Huber(log L_hat - log L)
+(Hoffmann et al. 2022, eq. 4: log L_hat as a log-sum-exp of the terms' logs). Every parameter is
+free in theta and bounded in the law, so that plain (unconstrained) BFGS keeps the known bounds:
+
+    theta = [e, a_1, .., a_m, p_1, .., p_g]
+    E       = F + (U - F) * sigmoid(e)   in (F, U): F the data's known floor (0 when unknown),
+                                          U the lowest observed loss (E is a loss no run gets below)
+    A_j     = exp(a_j)                   > 0
+    alpha_j = exp(p_tie[j])              > 0: loss falls with N and D; `tie` maps term j to its
+                                          exponent, so tie = (0, 0) fits alpha = beta (Muennighoff et al. 2023)
+
+Starts are given in Hoffmann's layout [e, a_1, alpha_1, .., a_m, alpha_m] with E = exp(e) and are
+moved inside the bounds by LseHuber.starts.
 """
 
 from __future__ import annotations
@@ -10,33 +21,77 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-
 HUBER_DELTA = 1e-3  # Hoffmann et al. 2022, appendix D.2
+START_MARGIN = 0.02  # a start's E is moved at least this fraction of (U - F) inside the bounds
+MIN_START_EXPONENT = 0.05  # a start at alpha = 0 (Hoffmann's grid has them) begins here: exp(p) > 0
+
+
+def _sigmoid(e):
+    return np.exp(-np.logaddexp(0.0, -e))
 
 
 @dataclass(frozen=True)
 class LseHuber:
-    """sum_i w_i Huber_delta(LSE(e, a_j - alpha_j log x_ji) - log L_i)  (Hoffmann et al. 2022, eq. 3-4).
+    """sum_i w_i Huber_delta(log L_hat_i - log L_i) for L_hat = E + sum_j A_j x_ji^-alpha_j (module doc).
 
-    log_x (m, n) holds log N, log D (m = 2) or one log x (m = 1); log_loss (n,).
+    log_x (m, n) holds log N, log D (m = 2) or one log x (m = 1); log_loss (n,). floor F and upper U
+    bound E (U defaults to the lowest loss); tie (m,) maps each term to its exponent (default: one each).
     """
 
     log_x: np.ndarray
     log_loss: np.ndarray
     delta: float = HUBER_DELTA
+    floor: float = 0.0
+    upper: float | None = None
+    tie: tuple[int, ...] | None = None
+    _U: float = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        m = self.log_x.shape[0]
+        tie = tuple(range(m)) if self.tie is None else tuple(int(t) for t in self.tie)
+        if len(tie) != m or sorted(set(tie)) != list(range(max(tie) + 1)):
+            raise ValueError(f"tie={tie} must map each of the {m} terms to exponents 0..g-1")
+        object.__setattr__(self, "tie", tie)
+        upper = float(np.exp(self.log_loss.min())) if self.upper is None else float(self.upper)
+        if not 0.0 <= self.floor < upper:
+            raise ValueError(f"floor {self.floor} must be >= 0 and below the upper bound {upper} of E")
+        object.__setattr__(self, "_U", upper)
+
+    @property
+    def m(self) -> int:
+        return self.log_x.shape[0]
+
+    @property
+    def n_exponents(self) -> int:
+        return max(self.tie) + 1
 
     @property
     def n_params(self) -> int:
-        return 1 + 2 * self.log_x.shape[0]
+        return 1 + self.m + self.n_exponents
+
+    @property
+    def bounds_of_E(self) -> tuple[float, float]:
+        return self.floor, self._U
+
+    def E(self, e):
+        return self.floor + (self._U - self.floor) * _sigmoid(np.asarray(e, float))
+
+    def _log_E(self, e: np.ndarray) -> np.ndarray:
+        if self.floor == 0.0:  # log(U sigmoid(e)), finite however negative e gets
+            return np.log(self._U) - np.logaddexp(0.0, -e)
+        return np.log(self.E(e))
 
     def _terms(self, theta: np.ndarray) -> np.ndarray:
-        """log of each term of L_hat at one theta (k,): rows e, a_j - alpha_j log x_j; shape (1+m, n)."""
-        return np.stack([theta[0] + 0 * self.log_loss] + [theta[1 + 2 * j] - theta[2 + 2 * j] * lx
-                                                          for j, lx in enumerate(self.log_x)])
+        """log of each term of L_hat at one theta (k,): rows log E, a_j - alpha_j log x_j; shape (1+m, n)."""
+        alpha = np.exp(theta[1 + self.m :])
+        return np.stack(
+            [self._log_E(theta[0]) + 0 * self.log_loss]
+            + [theta[1 + j] - alpha[t] * lx for j, (t, lx) in enumerate(zip(self.tie, self.log_x, strict=True))]
+        )
 
     def residuals(self, theta: np.ndarray) -> np.ndarray:
         """log L_hat - log L at one theta (k,): shape (n,)."""
@@ -50,19 +105,47 @@ class LseHuber:
         w = np.exp(u - u.max(0))
         return w / w.sum(0)
 
+    def natural(self, theta: np.ndarray) -> np.ndarray:
+        """theta (..., k) -> (..., k) = [E, A_1, .., A_m, alpha_1, .., alpha_g]."""
+        theta = np.asarray(theta, float)
+        return np.concatenate([self.E(theta[..., :1]), np.exp(theta[..., 1:])], axis=-1)
+
+    def starts(self, grid: np.ndarray) -> np.ndarray:
+        """Starts (S, 1+2m) in Hoffmann's layout [e, a_1, alpha_1, .., a_m, alpha_m] (E = exp(e)) -> theta
+        (S', k): E moved START_MARGIN inside (F, U), alpha at least MIN_START_EXPONENT, tied exponents
+        taken from their first term, duplicate rows dropped (order kept)."""
+        grid = np.atleast_2d(np.asarray(grid, float))
+        F, U = self.floor, self._U
+        q = np.clip((np.exp(grid[:, 0]) - F) / (U - F), START_MARGIN, 1 - START_MARGIN)
+        first = [self.tie.index(t) for t in range(self.n_exponents)]
+        theta = np.column_stack(
+            [np.log(q / (1 - q)), grid[:, 1::2]]
+            + [np.log(np.maximum(grid[:, 2 + 2 * j], MIN_START_EXPONENT)) for j in first]
+        )
+        _, keep = np.unique(theta.round(12), axis=0, return_index=True)
+        return theta[np.sort(keep)]
+
     def value_and_grad(self, theta: np.ndarray, weights: np.ndarray | None, dtype) -> tuple[np.ndarray, np.ndarray]:
         """theta (s, k), weights (s, n) or None -> objective (s,) and gradient (s, k), both float64."""
+        m = self.m
         log_x, log_loss = self.log_x.astype(dtype), self.log_loss.astype(dtype)
         th = theta.astype(dtype)
         e = th[:, :1]
-        u = [th[:, 1 + 2 * j, None] - th[:, 2 + 2 * j, None] * lx for j, lx in enumerate(log_x)]  # m x (s, n)
-        top = np.maximum(u[0], e)
+        sig = _sigmoid(e)
+        E = self.floor + (self._U - self.floor) * sig  # (s, 1)
+        log_E = self._log_E(e).astype(dtype)
+        # d log E / d e; where E underflows to 0 (floor 0) the limit (1 - sigmoid) is exact
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dlogE = np.where(E > 0, (self._U - self.floor) * sig * (1 - sig) / E, 1 - sig).astype(dtype)
+        alpha = np.exp(th[:, 1 + m :])  # (s, g)
+        u = [th[:, 1 + j, None] - alpha[:, t, None] * lx for j, (t, lx) in enumerate(zip(self.tie, log_x, strict=True))]
+        top = np.maximum(u[0], log_E)
         for uj in u[1:]:
             np.maximum(top, uj, out=top)
         for uj in u:
             uj -= top
             np.exp(uj, out=uj)
-        x0 = np.exp(e - top)
+        x0 = np.exp(log_E - top)
         total = x0 + sum(u)  # (s, n): exp(LSE - top)
         r = np.log(total)
         r += top
@@ -76,12 +159,12 @@ class LseHuber:
             huber *= weights
             psi *= weights
         psi /= total
-        grad = np.empty(theta.shape)
-        grad[:, 0] = (psi * x0).sum(1)
-        for j, uj in enumerate(u):
+        grad = np.zeros(theta.shape)
+        grad[:, 0] = (psi * x0).sum(1) * dlogE[:, 0]
+        for j, (t, uj) in enumerate(zip(self.tie, u, strict=True)):
             uj *= psi  # d LSE / d a_j times psi
-            grad[:, 1 + 2 * j] = uj.sum(1)
-            grad[:, 2 + 2 * j] = -(uj @ log_x[j])
+            grad[:, 1 + j] = uj.sum(1)
+            grad[:, 1 + m + t] -= (uj @ log_x[j]) * alpha[:, t]
         return huber.sum(1, dtype=np.float64), grad
 
 
@@ -101,8 +184,9 @@ def n_threads() -> int:
     return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-def batched_objective(loss: LseHuber, weights: np.ndarray | None, dtype, pool: ThreadPoolExecutor,
-                      chunk: int = 256) -> Objective:
+def batched_objective(
+    loss: LseHuber, weights: np.ndarray | None, dtype, pool: ThreadPoolExecutor, chunk: int = 256
+) -> Objective:
     """fun(theta (s, k), rows (s,)) evaluated in chunks of rows that stay in cache, over a thread pool
     (numpy releases the GIL inside ufuncs). weights (S, n) are indexed by the batch row."""
 
@@ -114,7 +198,7 @@ def batched_objective(loss: LseHuber, weights: np.ndarray | None, dtype, pool: T
 
     def fun(theta, rows):
         bounds = range(0, len(rows), chunk)
-        parts = list(pool.map(lambda i: part(theta[i:i + chunk], rows[i:i + chunk]), bounds))
+        parts = list(pool.map(lambda i: part(theta[i : i + chunk], rows[i : i + chunk]), bounds))
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     return fun
@@ -202,9 +286,3 @@ def _bfgs_update(H: np.ndarray, s: np.ndarray, y: np.ndarray, fresh: np.ndarray)
     cross = np.einsum("si,sj->sij", Hy, s)
     outer = (rho * rho * (y * Hy).sum(1) + rho)[:, None, None] * ss
     return H + outer - rho[:, None, None] * (cross + cross.transpose(0, 2, 1))
-
-
-def natural_params(theta: np.ndarray) -> np.ndarray:
-    """theta (..., 1+2m) = [e, a_1, alpha_1, ..] -> (..., 1+2m) = [E, A_1, .., A_m, alpha_1, .., alpha_m]."""
-    theta = np.asarray(theta, float)
-    return np.concatenate([np.exp(theta[..., :1]), np.exp(theta[..., 1::2]), theta[..., 2::2]], axis=-1)

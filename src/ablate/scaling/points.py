@@ -1,25 +1,36 @@
 """The data a fit reads: final losses of runs (Points), one run's loss-vs-FLOPs history (RunCurve),
-the CSV and Chinchilla loaders, and the input checks whose FitInputError is one line."""
+the CSV and Chinchilla loaders, and the input checks whose FitInputError is one line.
+
+Points also carry what is known about the data beyond the losses: its entropy floor (the lowest loss
+any model can reach, e.g. the synthetic language's entropy rate; the fit keeps E above it) and each
+run's training seconds (for what a further run would take on the same hardware)."""
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from ablate.config import ConfigError
 
 FLOPS_PER_PARAM_TOKEN = 6.0  # C = 6 N D (Kaplan et al. 2020, sec. 2.1)
 
 
-class FitInputError(ValueError):
-    """Input that no fit can use; the message is one line that says what to change."""
+class FitInputError(ConfigError):
+    """Input that no fit can use; the message is one line that says what to change. `code` is the
+    verdict reason it amounts to (verdict.REASON_CODES) when a method is skipped for it."""
+
+    def __init__(self, message: str, code: str = "few_points") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 CSV_REQUIRED = ("params", "tokens", "loss")
-CSV_OPTIONAL = ("flops", "params_non_embedding", "run_id")
-CSV_NUMERIC = ("params", "tokens", "loss", "flops", "params_non_embedding")
+CSV_OPTIONAL = ("flops", "params_non_embedding", "train_s", "entropy_floor", "run_id")
+CSV_NUMERIC = ("params", "tokens", "loss", "flops", "params_non_embedding", "train_s")
+PARAM_KINDS = ("total", "non_embedding")  # which parameter count is N: Chinchilla's or Kaplan's
 CHINCHILLA_COLUMNS = ("Model Size", "Training FLOP", "loss")
 
 
@@ -47,10 +58,18 @@ class Points:
     C: np.ndarray | None = None  # training FLOPs; 6ND when not given
     N_non_embedding: np.ndarray | None = None  # Kaplan's N, when known
     run_ids: tuple[str, ...] | None = None
+    seconds: np.ndarray | None = None  # each run's training time, when known
+    entropy_floor: float | None = None  # the lowest loss any model can reach on these data, when known
 
     def __post_init__(self) -> None:
-        given = {"params": self.N, "tokens": self.D, "loss": self.L, "flops": self.C,
-                 "params_non_embedding": self.N_non_embedding}
+        given = {
+            "params": self.N,
+            "tokens": self.D,
+            "loss": self.L,
+            "flops": self.C,
+            "params_non_embedding": self.N_non_embedding,
+            "train_s": self.seconds,
+        }
         cols = {k: check_positive(k, v, "Points") for k, v in given.items() if v is not None}
         lengths = {k: len(v) for k, v in cols.items()}
         if len(set(lengths.values())) != 1:
@@ -58,20 +77,69 @@ class Points:
         if self.run_ids is not None and len(self.run_ids) != lengths["params"]:
             raise FitInputError(f"Points: {len(self.run_ids)} run_ids for {lengths['params']} points")
         cols.setdefault("flops", FLOPS_PER_PARAM_TOKEN * cols["params"] * cols["tokens"])
-        for attr, key in (("N", "params"), ("D", "tokens"), ("L", "loss"), ("C", "flops"),
-                          ("N_non_embedding", "params_non_embedding")):
+        for attr, key in (
+            ("N", "params"),
+            ("D", "tokens"),
+            ("L", "loss"),
+            ("C", "flops"),
+            ("N_non_embedding", "params_non_embedding"),
+            ("seconds", "train_s"),
+        ):
             object.__setattr__(self, attr, cols.get(key))
         if self.run_ids is not None:
             object.__setattr__(self, "run_ids", tuple(str(r) for r in self.run_ids))
+        if self.entropy_floor is not None:
+            object.__setattr__(
+                self, "entropy_floor", float(check_positive("entropy_floor", [self.entropy_floor], "Points")[0])
+            )
 
     def __len__(self) -> int:
         return len(self.L)
 
     def subset(self, idx) -> Points:
         idx = np.asarray(idx)
-        nne = None if self.N_non_embedding is None else self.N_non_embedding[idx]
+
+        def pick(col):
+            return None if col is None else col[idx]
+
         ids = None if self.run_ids is None else tuple(np.asarray(self.run_ids, dtype=object)[idx])
-        return Points(self.N[idx], self.D[idx], self.L[idx], self.C[idx], nne, ids)
+        return Points(
+            self.N[idx],
+            self.D[idx],
+            self.L[idx],
+            self.C[idx],
+            pick(self.N_non_embedding),
+            ids,
+            pick(self.seconds),
+            self.entropy_floor,
+        )
+
+    def with_floor(self, floor: float | None) -> Points:
+        """The same points with a known entropy floor (None: unknown)."""
+        return replace(self, entropy_floor=floor)
+
+    def with_params(self, kind: str) -> Points:
+        """The points with N counted as `kind`: 'total' (Chinchilla's N, the default) or 'non_embedding'
+        (Kaplan et al. 2020's N); C stays as recorded."""
+        if kind not in PARAM_KINDS:
+            raise FitInputError(f"params={kind} is not a parameter count (valid: {', '.join(PARAM_KINDS)})")
+        if kind == "total":
+            return self
+        if self.N_non_embedding is None:
+            raise FitInputError(
+                "params=non_embedding asked for, but the points have no params_non_embedding column "
+                "(valid: params=total, or points with params_non_embedding)"
+            )
+        return replace(self, N=self.N_non_embedding)
+
+    @property
+    def flops_per_second(self) -> float | None:
+        """The training throughput of the largest runs (median C / seconds at the largest N): what a
+        further run's FLOPs take on the hardware these ran on. None without timings."""
+        if self.seconds is None:
+            return None
+        top = self.N >= self.N.max() * (1 - 1e-9)
+        return float(np.median(self.C[top] / self.seconds[top]))
 
     def variable(self, name: str) -> np.ndarray:
         """The column a single-variable law uses: 'N', 'N_non_embedding', 'D' or 'C'."""
@@ -79,20 +147,28 @@ class Points:
         if name not in valid:
             raise FitInputError(f"unknown variable {name!r}; valid: {', '.join(valid)}")
         if name == "N_non_embedding" and self.N_non_embedding is None:
-            raise FitInputError("variable 'N_non_embedding' asked for, "
-                                "but the points have no params_non_embedding column")
+            raise FitInputError(
+                "variable 'N_non_embedding' asked for, but the points have no params_non_embedding column"
+            )
         return getattr(self, name)
 
     def summary(self) -> dict:
         def rng(x):
             return {"min": float(x.min()), "max": float(x.max())}
 
-        return {"n_points": len(self), "N": rng(self.N), "D": rng(self.D), "C": rng(self.C), "L": rng(self.L),
-                "distinct_N": int(len(np.unique(self.N)))}
+        return {
+            "n_points": len(self),
+            "N": rng(self.N),
+            "D": rng(self.D),
+            "C": rng(self.C),
+            "L": rng(self.L),
+            "distinct_N": int(len(np.unique(self.N))),
+        }
 
     @classmethod
     def from_csv(cls, path: str | Path) -> Points:
-        """Columns params, tokens, loss[, flops, params_non_embedding, run_id] (header names exact)."""
+        """Columns params, tokens, loss[, flops, params_non_embedding, train_s, entropy_floor, run_id]
+        (header names exact). The entropy floor is the data's when every row that gives one agrees."""
         header, rows = _read_csv(path)
         missing = [c for c in CSV_REQUIRED if c not in header]
         if missing:
@@ -106,20 +182,66 @@ class Points:
         _require_rows(path, len(rows))
         # an optional column left empty on every row (e.g. flops not recorded) counts as absent
         present = [c for c in CSV_NUMERIC if c in header and (c in CSV_REQUIRED or any(r[c] for r in rows))]
-        checked = {c: check_positive(c, _numbers(path, c, [r[c] for r in rows]), str(path), first_line=2)
-                   for c in present}
-        return cls(checked["params"], checked["tokens"], checked["loss"], checked.get("flops"),
-                   checked.get("params_non_embedding"),
-                   tuple(r["run_id"] for r in rows) if "run_id" in header else None)
+        if "train_s" in present and not all(_positive_text(r["train_s"]) for r in rows):
+            present.remove("train_s")  # timings only inform the time of suggested runs: all or none
+        checked = {
+            c: check_positive(c, _numbers(path, c, [r[c] for r in rows]), str(path), first_line=2) for c in present
+        }
+        _refuse_duplicates(path, [checked[c] for c in present], [r.get("run_id", "") for r in rows])
+        floors = csv_floors(path, rows)
+        return cls(
+            checked["params"],
+            checked["tokens"],
+            checked["loss"],
+            checked.get("flops"),
+            checked.get("params_non_embedding"),
+            tuple(r["run_id"] for r in rows) if "run_id" in header else None,
+            checked.get("train_s"),
+            floors.pop() if len(floors) == 1 else None,
+        )
+
+
+def _positive_text(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def csv_floors(path, rows: list[dict]) -> set[float]:
+    """The distinct entropy floors the rows give (column entropy_floor; empty cells: unknown)."""
+    texts = [r.get("entropy_floor") for r in rows]
+    values = _numbers(path, "entropy_floor", [t for t in texts if t])
+    return {float(v) for v in check_positive("entropy_floor", values, str(path))} if len(values) else set()
 
 
 def _read_csv(path: str | Path) -> tuple[list[str], list[dict]]:
+    """Header and rows; a byte-order mark (Excel's UTF-8) and spaces around names are not part of them."""
     path = Path(path)
     if not path.is_file():
-        raise FitInputError(f"{path}: no such file")
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        return list(reader.fieldnames or []), list(reader)
+        raise FitInputError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh)
+            header = [name.strip() for name in next(reader, [])]
+            rows = [dict(zip(header, (v.strip() for v in row), strict=False)) for row in reader if any(row)]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise FitInputError(f"{path}: not a CSV text file ({type(exc).__name__}: {str(exc)[:80]})") from None
+    return header, rows
+
+
+def _refuse_duplicates(path, columns: list[np.ndarray], run_ids: list[str]) -> None:
+    """Two rows with the same numbers (and the same run_id, when there is one) are one point pasted
+    twice: in a least-squares fit it would count double."""
+    seen: dict = {}
+    for i, key in enumerate(zip(*(c.tolist() for c in columns), run_ids, strict=True)):
+        if key in seen:
+            j = seen[key]
+            raise FitInputError(
+                f"{path}: rows {j} and {i} (lines {j + 2} and {i + 2}) are the same point "
+                "(valid: each run once; a repeated row counts double in the fit)"
+            )
+        seen[key] = i
 
 
 def _numbers(path, column: str, texts: list[str]) -> np.ndarray:
@@ -145,8 +267,10 @@ def load_chinchilla(path: str | Path, drop_worst: int = 5) -> Points:
     header, rows = _read_csv(path)
     missing = [c for c in CHINCHILLA_COLUMNS if c not in header]
     if missing:
-        raise FitInputError(f"{path}: missing column(s) {', '.join(repr(c) for c in missing)}; "
-                            f"the Chinchilla loader needs {', '.join(repr(c) for c in CHINCHILLA_COLUMNS)}")
+        raise FitInputError(
+            f"{path}: missing column(s) {', '.join(repr(c) for c in missing)}; "
+            f"the Chinchilla loader needs {', '.join(repr(c) for c in CHINCHILLA_COLUMNS)}"
+        )
     _require_rows(path, len(rows))
     N, C, L = (check_positive(c, _numbers(path, c, [r[c] for r in rows]), str(path), 2) for c in CHINCHILLA_COLUMNS)
     keep = np.sort(np.argsort(L, kind="stable")[: len(L) - drop_worst])
@@ -159,9 +283,17 @@ def load_points_csv(path: str | Path) -> tuple[Points, str | None]:
     header, rows = _read_csv(path)
     if all(c in header for c in CHINCHILLA_COLUMNS) and not all(c in header for c in CSV_REQUIRED):
         points = load_chinchilla(path)
-        return points, (f"Epoch's Chinchilla columns ({', '.join(repr(c) for c in CHINCHILLA_COLUMNS)}): "
-                        f"{len(rows) - len(points)} highest-loss rows of {len(rows)} dropped, "
-                        "as Besiroglu et al. 2024 did; D = C / (6N)")
+        return points, (
+            f"Epoch's Chinchilla columns ({', '.join(repr(c) for c in CHINCHILLA_COLUMNS)}): "
+            f"{len(rows) - len(points)} highest-loss rows of {len(rows)} dropped, "
+            "as Besiroglu et al. 2024 did; D = C / (6N)"
+        )
+    floors = csv_floors(path, rows)
+    if len(floors) > 1:
+        shown = ", ".join(f"{f:.4g}" for f in sorted(floors))
+        return Points.from_csv(
+            path
+        ), f"the rows' entropy floors differ ({shown}): no floor is used unless entropy_floor= is given"
     return Points.from_csv(path), None
 
 
@@ -173,9 +305,11 @@ def require_count(n: int, needed: int, law: str, what: str = "points") -> None:
 def require_distinct(x: np.ndarray, needed: int, name: str, law: str) -> None:
     k = len(np.unique(x))
     if k == 1:
-        raise FitInputError(f"{law}: all points at one {name} ({x[0]:.4g}); needs at least {needed} distinct values")
+        raise FitInputError(
+            f"{law}: all points at one {name} ({x[0]:.4g}); needs at least {needed} distinct values", "few_sizes"
+        )
     if k < needed:
-        raise FitInputError(f"{law}: only {k} distinct values of {name}; needs at least {needed}")
+        raise FitInputError(f"{law}: only {k} distinct values of {name}; needs at least {needed}", "few_sizes")
 
 
 @dataclass(frozen=True)

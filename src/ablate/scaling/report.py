@@ -1,89 +1,461 @@
-"""Every method the data allow, at once: fit_all returns a FitReport (export it with
-ablate.fit_export.export_fit). Approach 3 is required; a method the data cannot support is skipped
-with its one-line reason."""
+"""A FitReport for people: fit.md (tables) and the terminal summary (one line per law, allocation and
+prediction, its verdict first). What is printed follows the verdict (verdict.py): a `trusted` or
+`wide` number is printed with its interval (and, when wide, why); `not_determined` prints that word,
+why, and for a prediction the runs that would determine it, instead of a number."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import math
 
 import numpy as np
 
-from ablate.scaling.approach1 import fit_approach1
-from ablate.scaling.approach2 import fit_approach2
-from ablate.scaling.bootstrap import DEFAULT_BOOT
-from ablate.scaling.chinchilla import Approach3Fit, fit_approach3
-from ablate.scaling.frontier import Frontier, FrontierFit, frontier
-from ablate.scaling.points import FitInputError, Points, RunCurve
-from ablate.scaling.predict import Prediction, predict
-from ablate.scaling.single import SingleLawFit, fit_single_law
-from ablate.scaling.validation import FloorComparison, HeldOut, compare_floor, held_out_validation
+from ablate.scaling.analysis import APPROACH3, FitReport
+from ablate.scaling.bootstrap import Estimate
+from ablate.scaling.frontier import Frontier, FrontierFit
+from ablate.scaling.predict import Prediction, SuggestedRun, frontier
+from ablate.scaling.verdict import NOT_DETERMINED, Verdict
+
+NOT_CONVERGED = "DID NOT CONVERGE"
+CONSOLE_REASONS = 3  # reasons shown on one console line; fit.md has them all
+TITLES = {
+    APPROACH3: "Chinchilla approach 3",
+    "chinchilla_approach1": "Chinchilla approach 1",
+    "chinchilla_approach2": "Chinchilla approach 2",
+}
 
 
-@dataclass(frozen=True)
-class FitReport:
-    """What fit_all found; export it with ablate.fit_export.export_fit."""
-
-    points: Points
-    approach3: Approach3Fit | None
-    approach1: FrontierFit | None
-    approach2: FrontierFit | None
-    single: dict[str, SingleLawFit]  # keyed by variable: 'N', 'D', 'C', 'N_non_embedding'
-    frontier: Frontier | None
-    predictions: tuple[Prediction, ...]
-    held_out: HeldOut | None
-    entropy_floor: FloorComparison | None
-    skipped: dict[str, str]  # method -> the one-line reason it could not run on these data
+def title(method: str) -> str:
+    return TITLES.get(method) or f"L({method.removeprefix('kaplan_')})"
 
 
-def fit_all(points: Points, *, curves: Sequence[RunCurve] | None = None, targets: Sequence[dict] = (),
-            entropy_floor: float | None = None, held_out_k: int = 0, n_boot: int = DEFAULT_BOOT, seed: int = 0,
-            single: Sequence[str] = ("N", "D", "C"), approach2: bool = True, n_frontier: int = 50,
-            grid: np.ndarray | None = None, held_out_boot: int | None = None,
-            on_stage: Callable[[str, int, int], None] | None = None) -> FitReport:
-    """Approach 3 (required), then each optional method that the data allow; `targets` are predict()
-    keyword dicts, e.g. {"C": 1e21} or {"N": 1.5e9, "D": 3e10}; `grid` replaces Hoffmann's 4,500 starts.
-    The held-out refit draws held_out_boot resamples (default min(n_boot, 200)). on_stage(label, i, total)
-    is called before each of the `total` methods and once more with i == total at the end."""
-    labels = (["approach 3"] + [f"L({v})" for v in single] + (["approach 1"] if curves else [])
-              + (["approach 2"] if approach2 else []) + (["held-out refit"] if held_out_k else []))
-    done = iter(range(len(labels) + 1))
+def g(x) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.4g}"
 
-    def stage(label: str) -> None:
-        if on_stage is not None:
-            on_stage(label, next(done), len(labels))
 
-    stage(labels[0])
-    a3 = fit_approach3(points, n_boot=n_boot, seed=seed, grid=grid)
-    skipped: dict[str, str] = {}
+def ci(e: Estimate | None) -> str:
+    return "n/a (no bootstrap)" if e is None or e.ci95 is None else f"{g(e.ci95[0])} to {g(e.ci95[1])}"
 
-    def attempt(name, fn):
-        try:
-            return fn()
-        except FitInputError as err:
-            skipped[name] = str(err)
-            return None
 
-    singles = {}
-    for v in single:
-        stage(f"L({v})")
-        fit = attempt(f"kaplan_{v}", lambda v=v: fit_single_law(points, v, n_boot=n_boot, seed=seed))
-        if fit is not None:
-            singles[v] = fit
-    if curves:
-        stage("approach 1")
-    a1 = attempt("chinchilla_approach1", lambda: fit_approach1(curves, n_boot=n_boot, seed=seed)) if curves else None
-    if approach2:
-        stage("approach 2")
-    a2 = attempt("chinchilla_approach2", lambda: fit_approach2(points, n_boot=n_boot, seed=seed)) if approach2 else None
-    boot = min(n_boot, 200) if held_out_boot is None else held_out_boot
-    if held_out_k:
-        stage("held-out refit")
-    held = attempt("held_out", lambda: held_out_validation(points, held_out_k, n_boot=boot, seed=seed,
-                                                          grid=grid)) if held_out_k else None
-    stage("done")
-    predictions = tuple(predict(a3, **t) for t in targets)
-    C_top = max([points.C.max() * 10] + [p.C for p in predictions])
-    floor = None if entropy_floor is None else compare_floor(a3.params["E"], entropy_floor)
-    return FitReport(points, a3, a1, a2, singles, frontier(a3, np.geomspace(points.C.min(), C_top, n_frontier)),
-                     predictions, held, floor, skipped)
+def duration(seconds: float) -> str:
+    for div, unit in ((365.25 * 86400, "years"), (86400, "days"), (3600, "h"), (60, "min")):
+        if seconds >= div:
+            return f"{seconds / div:,.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def runs_text(runs: tuple[SuggestedRun, ...]) -> str:
+    """'N=.., D=..; ... (each C=.. FLOPs, T on the fitted runs' hardware)'."""
+    if not runs:
+        return ""
+    sizes = "; ".join(f"N={g(r.N)}, D={g(r.D)}" for r in runs)
+    seconds = runs[0].seconds
+    when = "the runs' timings are unknown" if seconds is None else f"{duration(seconds)} each on the runs' hardware"
+    return f"{sizes} (C={g(runs[0].C)} FLOPs each; {when})"
+
+
+def decade_frontier(result: FitReport) -> Frontier | None:
+    """The frontier at each power of ten inside the report's frontier grid."""
+    f = result.frontier
+    if f is None or result.predictor is None:
+        return None
+    powers = range(int(np.ceil(np.log10(f.C.min()))), int(np.floor(np.log10(f.C.max()))) + 1)
+    return frontier(result.predictor, [float(f"1e{k}") for k in powers]) if len(powers) else None
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _diag_line(d) -> str:
+    return (
+        f"Optimiser: objective {d.objective:.6g}, max |gradient| {d.grad_norm:.2g}, {d.n_iter} iterations, "
+        f"{d.n_starts_at_best} of {d.n_starts} starts reached the best; RMS log residual {d.rms_residual:.3g}."
+    )
+
+
+def _md_verdict(v: Verdict) -> list[str]:
+    return [f"**Verdict: {v.level}**"] + ([""] + [f"- {r.text} (`{r.code}`)" for r in v.reasons] if v.reasons else [])
+
+
+def _target(p: Prediction) -> str:
+    if p.compute_optimal:
+        return f"C={g(p.C)} at its compute-optimal N={g(p.N.value)}, D={g(p.D.value)}"
+    return f"N={g(p.N.value)}, D={g(p.D.value)} (C={g(p.C)})"
+
+
+# ---------------------------------------------------------------------------------------------
+# fit.md
+# ---------------------------------------------------------------------------------------------
+
+
+def _md_data(result: FitReport) -> list[str]:
+    s = result.points.summary()
+    rows = [[k, g(s[k]["min"]), g(s[k]["max"])] for k in ("N", "D", "C", "L")]
+    floor = result.points.entropy_floor
+    lines = [
+        f"{s['n_points']} points, {s['distinct_N']} distinct sizes; N counts {result.options.params} parameters; "
+        + (f"entropy floor {g(floor)} (E is fitted above it)." if floor else "no entropy floor known."),
+        f"Run-to-run noise: {g(result.noise.sigma)} in log loss, {result.noise.source}.",
+        "",
+    ]
+    return lines + _table(["", "min", "max"], rows)
+
+
+def _md_approach3(result: FitReport) -> list[str]:
+    fit, verdict = result.approach3, result.verdicts[APPROACH3]
+    if fit is None:
+        return ["## Chinchilla approach 3: not fitted", ""] + _md_verdict(verdict)
+    d = fit.diagnostics
+    if not d.converged:
+        return [f"## Chinchilla approach 3: {NOT_CONVERGED}", "", d.message + ".", "", _diag_line(d)]
+    form = "L(N, D) = E + A / N^alpha + B / D^beta" + (", alpha = beta" if fit.tied else "")
+    lines = [
+        "## Chinchilla approach 3",
+        "",
+        *_md_verdict(verdict),
+        "",
+        f"{form} (Hoffmann et al. 2022, approach 3).",
+        "",
+    ]
+    rows = [[k, g(v.value), ci(v)] for k, v in {**fit.params, **fit.exponents}.items()]
+    lines += _table(["parameter", "value", "95% CI"], rows)
+    lines += [
+        "",
+        f"E is bounded to {g(fit.floor)} to {g(fit.upper)} (the data's floor, or 0, to the lowest loss); "
+        "the exponents to > 0. a = beta/(alpha+beta) is the exponent of N_opt(C); b = alpha/(alpha+beta) that of "
+        "D_opt(C).",
+        "",
+        _diag_line(d),
+    ]
+    if fit.bootstrap is not None:
+        b = fit.bootstrap
+        lines.append(f"Bootstrap: {int(b.converged.sum())} of {b.n_resamples} resamples converged (seed {b.seed}).")
+    cal = result.predictor.calibration if result.predictor is not None else None
+    if cal is not None:
+        lines += ["", "### Interval calibration", ""]
+        if cal.calibrated:
+            lines.append(
+                f"A prediction's 95% interval adds, in quadrature to the bootstrap's, one run's scatter "
+                f"(sd {g(cal.run_sigma)} in log loss) and the law's error, {g(cal.kappa)} per decade of compute past "
+                f"the data (calibrated up to {g(cal.reach)} decades by refitting below these cuts):"
+            )
+        else:
+            lines.append("The law's error past the data could not be calibrated (no cut left a fit):")
+        lines.append("")
+        lines += _table(
+            ["C cut", "runs fitted", "runs predicted", "reach (decades)", "drift per decade", "note"],
+            [[g(c.C_cut), str(c.n_fit), str(c.n_held), g(c.reach), g(c.drift), c.note or ""] for c in cal.cuts],
+        )
+    return lines
+
+
+def _md_frontier(result: FitReport) -> list[str]:
+    f = decade_frontier(result)
+    if f is None:
+        return []
+    rows = []
+    for i, c in enumerate(f.C):
+        if f.levels[i] == NOT_DETERMINED:
+            rows.append([g(c), "", "", "", "", "", NOT_DETERMINED])
+            continue
+        rows.append(
+            [
+                g(c),
+                g(f.N_opt[i]),
+                g(f.D_opt[i]),
+                g(f.tokens_per_param[i]),
+                g(f.loss[i]),
+                f"{g(f.loss_lo[i])} to {g(f.loss_hi[i])}",
+                f.levels[i],
+            ]
+        )
+    return ["## Compute-optimal frontier (approach 3, C = 6ND)", ""] + _table(
+        ["C (FLOPs)", "N_opt", "D_opt", "D/N", "loss", "loss 95% interval", "verdict"], rows
+    )
+
+
+def _md_predictions(result: FitReport) -> list[str]:
+    if not result.predictions:
+        return []
+    lines = ["## Predictions", ""]
+    rows = []
+    for p in result.predictions:
+        loss = "" if p.loss is None else g(p.loss.value)
+        interval = "" if p.loss is None else ci(p.loss)
+        rows.append([_target(p), loss, interval, p.verdict.level, p.verdict.because() or "-"])
+    lines += _table(["target", "loss", "95% interval", "verdict", "why"], rows)
+    for p in result.predictions:
+        if p.runs_to_determine:
+            lines += [
+                "",
+                f"Runs that would determine the prediction for {_target(p)}: {runs_text(p.runs_to_determine)}.",
+            ]
+    return lines
+
+
+def _md_held_out(result: FitReport) -> list[str]:
+    h = result.held_out
+    if h is None or not h.cuts:
+        return []
+    cut = h.cuts[0]
+    lines = [f"## Held-out validation (fit on {cut.n_fit} runs, the {cut.n_held} largest-compute held out)", ""]
+    if cut.law is None:
+        return lines + [f"The refit could not run: {cut.note}."]
+    lines.append(f"The refit's verdict: {cut.law.level}" + (f" ({cut.law.because()})." if cut.law.reasons else "."))
+    rows = [
+        [
+            g(r.N),
+            g(r.D),
+            g(r.C),
+            g(r.actual),
+            g(r.predicted),
+            f"{100 * r.rel_error:+.2f}%",
+            f"{g(r.lo)} to {g(r.hi)}",
+            "yes" if r.inside else "no",
+            r.verdict.level,
+        ]
+        for r in h.runs
+    ]
+    return (
+        lines
+        + [""]
+        + _table(["N", "D", "C", "actual", "predicted", "error", "95% interval", "inside", "verdict"], rows)
+    )
+
+
+def _md_floor(result: FitReport) -> list[str]:
+    f = result.entropy_floor
+    if f is None:
+        return []
+    return [
+        "## Entropy floor",
+        "",
+        f"Known floor {g(f.floor)}: E is fitted at or above it. Fitted E {g(f.fitted.value)} (95% CI {ci(f.fitted)}); "
+        f"E - floor = {f.difference:+.4g}.",
+    ]
+
+
+def _md_frontier_fit(fit: FrontierFit, verdict: Verdict) -> list[str]:
+    name = {
+        "approach1": "Chinchilla approach 1 (training-curve envelope)",
+        "approach2": "Chinchilla approach 2 (iso-FLOP parabolas near each minimum)",
+    }[fit.method]
+    rows = [
+        ["N_opt = k C^a", g(fit.n_opt.k.value), ci(fit.n_opt.k), g(fit.n_opt.exponent.value), ci(fit.n_opt.exponent)],
+        ["D_opt = k C^b", g(fit.d_opt.k.value), ci(fit.d_opt.k), g(fit.d_opt.exponent.value), ci(fit.d_opt.exponent)],
+    ]
+    lines = [f"## {name}", "", *_md_verdict(verdict), ""]
+    lines += _table(["law", "k", "k 95% CI", "exponent", "exponent 95% CI"], rows)
+    lines += ["", f"{len(fit.C)} optima from C = {g(fit.C.min())} to {g(fit.C.max())}."]
+    return lines + [f"- {n}" for n in fit.notes]
+
+
+def _md_single(result: FitReport) -> list[str]:
+    if not result.single:
+        return []
+    lines = ["## Single-variable laws L(x) = E + A / x^alpha (Kaplan et al. 2020 form, Huber on log L)", ""]
+    rows = []
+    for var, fit in result.single.items():
+        v = result.verdicts[f"kaplan_{var}"]
+        if not fit.diagnostics.converged:
+            rows.append([var, NOT_CONVERGED, "", "", "", "", v.because()])
+            continue
+        p = fit.params
+        rows.append(
+            [var]
+            + [f"{g(p[k].value)} ({ci(p[k])})" for k in ("E", "A", "alpha")]
+            + [str(len(fit.x)), v.level, v.because() or "-"]
+        )
+    return lines + _table(["x", "E (95% CI)", "A (95% CI)", "alpha (95% CI)", "points used", "verdict", "why"], rows)
+
+
+def fit_markdown(result: FitReport) -> str:
+    """fit.md: the same results as fit.json, as tables for people."""
+    sections = [
+        ["# Scaling-law fit", ""] + _md_data(result),
+        _md_approach3(result),
+        _md_frontier(result),
+        _md_predictions(result),
+        _md_held_out(result),
+        _md_floor(result),
+    ]
+    sections += [
+        _md_frontier_fit(f, result.verdicts[k])
+        for k, f in (("chinchilla_approach1", result.approach1), ("chinchilla_approach2", result.approach2))
+        if f is not None
+    ]
+    sections.append(_md_single(result))
+    if result.skipped:
+        sections.append(["## Not run on these data", ""] + [f"- {title(k)}: {v}" for k, v in result.skipped.items()])
+    return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# The terminal summary
+# ---------------------------------------------------------------------------------------------
+
+
+def _rows(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def summary_text(result: FitReport) -> str:
+    """Approach 3's verdict (then, when usable, its parameters), the held-out check, the floor, one
+    line for each other law, then one line per prediction. A not_determined law shows no table, a
+    not_determined prediction no number; a fit that did not converge shows no parameters."""
+    lines = _summary_approach3(result)
+    lines += _summary_held_out(result) + _summary_floor(result) + _summary_others(result)
+    lines += [prediction_line(p) for p in result.predictions]
+    return "\n".join(lines)
+
+
+def prediction_line(p: Prediction) -> str:
+    head = f"prediction for {_target(p)}"
+    if p.loss is None:
+        text = p.verdict.line(head, CONSOLE_REASONS)
+        if p.runs_to_determine:
+            text += f"; runs that would determine it: {runs_text(p.runs_to_determine)}"
+        return text
+    text = f"{head}: loss {g(p.loss.value)} (95% interval {ci(p.loss)}), {p.verdict.level}"
+    return text + (f": {p.verdict.because(CONSOLE_REASONS)}" if p.verdict.reasons else "")
+
+
+def _summary_approach3(result: FitReport) -> list[str]:
+    a3, verdict = result.approach3, result.verdicts[APPROACH3]
+    if a3 is None or not a3.converged:
+        lines = [verdict.line("Chinchilla approach 3", CONSOLE_REASONS)]
+        return lines + ([_diag_line(a3.diagnostics)] if a3 is not None else [])
+    boot = (
+        "no bootstrap"
+        if a3.bootstrap is None
+        else f"{int(a3.bootstrap.converged.sum())} of {a3.bootstrap.n_resamples} bootstrap resamples converged"
+    )
+    lines = [verdict.line("Chinchilla approach 3", CONSOLE_REASONS)]
+    if not verdict.usable:
+        return lines + ["  (parameters and diagnostics in fit.md and fit.json)"]
+    form = "L(N, D) = E + A / N^alpha + B / D^beta" + (", alpha = beta" if a3.tied else "")
+    lines.append(f"  {form} (converged; {boot})")
+    names = {"a": "a (N_opt ~ C^a)", "b": "b (D_opt ~ C^b)"}
+    lines += _rows(
+        [["", "value", "95% CI"]]
+        + [[names.get(k, k), g(v.value), ci(v)] for k, v in {**a3.params, **a3.exponents}.items()]
+    )
+    d = a3.diagnostics
+    lines.append(
+        f"  RMS log residual {d.rms_residual:.3g} over {len(d.residuals)} points; "
+        f"run-to-run noise {g(result.noise.sigma)} ({result.noise.source.split(' (')[0]})"
+    )
+    cal = result.predictor.calibration
+    if cal.calibrated:
+        lines.append(
+            f"  95% intervals include the law's error: {g(cal.kappa)} per decade of compute past the data, "
+            f"calibrated up to {g(cal.reach)} decades"
+        )
+    return lines
+
+
+def _summary_held_out(result: FitReport) -> list[str]:
+    h = result.held_out
+    if h is None or not h.cuts:
+        return []
+    cut = h.cuts[0]
+    what = "the largest-compute run" if cut.n_held == 1 else f"the {cut.n_held} largest-compute runs"
+    if cut.law is None:
+        return [f"held-out: refit without {what}: {cut.note}"]
+    lines = [f"held-out: refit without {what} ({cut.law.level}), then predicted {'it' if cut.n_held == 1 else 'them'}"]
+    if not h.runs:
+        return lines
+    lines += _rows(
+        [["N", "D", "actual", "predicted", "error", "95% interval", "", "verdict"]]
+        + [
+            [
+                g(r.N),
+                g(r.D),
+                g(r.actual),
+                g(r.predicted),
+                f"{100 * r.rel_error:+.2f}%",
+                f"{g(r.lo)} to {g(r.hi)}",
+                "inside" if r.inside else "OUTSIDE",
+                r.verdict.level,
+            ]
+            for r in h.runs
+        ]
+    )
+    return lines
+
+
+def _summary_floor(result: FitReport) -> list[str]:
+    f = result.entropy_floor
+    if f is None:
+        return []
+    return [
+        f"entropy floor {g(f.floor)}: E is fitted at or above it; fitted E {g(f.fitted.value)} "
+        f"(95% CI {ci(f.fitted)}), E - floor = {f.difference:+.4g}"
+    ]
+
+
+def _summary_others(result: FitReport) -> list[str]:
+    lines = []
+    for key, fit in (("chinchilla_approach1", result.approach1), ("chinchilla_approach2", result.approach2)):
+        if key not in result.verdicts:
+            continue
+        v = result.verdicts[key]
+        line = v.line(TITLES[key], CONSOLE_REASONS)
+        if fit is not None and v.usable:
+            line += (
+                f"; N_opt ~ C^{fit.n_opt.exponent.value:.3f} (95% CI {ci(fit.n_opt.exponent)}), "
+                f"D_opt ~ C^{fit.d_opt.exponent.value:.3f}, from {len(fit.C)} optima"
+            )
+        lines.append(line)
+    for key, v in result.verdicts.items():
+        if not key.startswith("kaplan_"):
+            continue
+        var = key.removeprefix("kaplan_")
+        fit = result.single.get(var)
+        line = v.line(f"L({var})", CONSOLE_REASONS)
+        if fit is not None and fit.diagnostics.converged and v.usable:
+            p = fit.params
+            line += f"; alpha {g(p['alpha'].value)} (95% CI {ci(p['alpha'])}), E {g(p['E'].value)}, {len(fit.x)} points"
+        lines.append(line)
+    return lines
+
+
+def backtest_markdown(bt, title_text: str) -> str:
+    """The backtest's table by distance (backtest.py), for docs and the backtest command."""
+
+    def pct(x, digits=0):
+        return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+    rows = [
+        [
+            f"{b.lo:g} to {b.hi:g}" if np.isfinite(b.hi) else f"over {b.lo:g}",
+            str(b.n),
+            pct(b.coverage),
+            pct(b.median_abs_error, 2),
+            f"{b.levels['trusted']} / {b.levels['wide']} / {b.levels[NOT_DETERMINED]}",
+            pct(b.printed_coverage),
+            pct(b.printed_median_width, 1),
+        ]
+        for b in bt.bins()
+    ]
+    lines = [f"# {title_text}", ""]
+    lines += _table(
+        [
+            "decades of compute past the largest fitted run",
+            "held-out runs",
+            "inside the 95% interval",
+            "median abs. error",
+            "trusted / wide / not_determined",
+            "printed runs inside",
+            "printed interval width (median)",
+        ],
+        rows,
+    )
+    lines += ["", "| cut: C of the largest fitted run | runs fitted | runs predicted | law | kappa per decade |"]
+    lines += ["|---|---|---|---|---|"]
+    lines += [
+        f"| {g(c.C_cut)} | {c.n_fit} | {c.n_held} | {c.law.level if c.law else c.note} | {g(c.kappa)} |"
+        for c in bt.cuts
+    ]
+    return "\n".join(lines) + "\n"

@@ -9,8 +9,9 @@ from typing import ClassVar
 import numpy as np
 
 from ablate.scaling.bootstrap import DEFAULT_BOOT, Bootstrap, Estimate, estimate, fit_lse
+from ablate.scaling.chinchilla import e_bounds
 from ablate.scaling.multistart import Diagnostics, Tolerances, single_law_grid
-from ablate.scaling.optimizer import HUBER_DELTA, LseHuber, natural_params
+from ablate.scaling.optimizer import HUBER_DELTA, LseHuber
 from ablate.scaling.points import Points, require_count, require_distinct
 
 
@@ -38,12 +39,18 @@ class SingleLawFit:
     L: np.ndarray  # (m,)
     diagnostics: Diagnostics
     bootstrap: Bootstrap | None = None
+    floor: float = 0.0  # E's lower bound: the data's known floor, else 0
+    upper: float = float("inf")  # E's upper bound: the lowest loss among the points used
 
     @property
     def params(self) -> dict[str, Estimate]:
         samples = None if self.bootstrap is None else self.bootstrap.usable()
-        return {n: estimate(v, None if samples is None else samples[:, j])
-                for j, (n, v) in enumerate(zip(SaturatingPowerLaw.NAMES, (self.law.E, self.law.A, self.law.alpha)))}
+        return {
+            n: estimate(v, None if samples is None else samples[:, j])
+            for j, (n, v) in enumerate(
+                zip(SaturatingPowerLaw.NAMES, (self.law.E, self.law.A, self.law.alpha), strict=False)
+            )
+        }
 
 
 def best_per_value(x: np.ndarray, L: np.ndarray, rtol: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
@@ -64,11 +71,21 @@ def compute_envelope(C: np.ndarray, L: np.ndarray) -> np.ndarray:
     return order[first]
 
 
-def fit_single_law(points: Points, variable: str = "N", *, n_boot: int = DEFAULT_BOOT, seed: int = 0,
-                   delta: float = HUBER_DELTA, tol: Tolerances = Tolerances()) -> SingleLawFit:
+def fit_single_law(
+    points: Points,
+    variable: str = "N",
+    *,
+    floor: float | None = None,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
+    delta: float = HUBER_DELTA,
+    tol: Tolerances | None = None,
+) -> SingleLawFit:
     """Kaplan-style L(x) = E + A/x^alpha with Hoffmann's robust loss (Huber on log L), from the
     single_law_grid starts. x = N or D: the best loss per distinct value (closest to converged);
-    x = C: the compute envelope (best loss reached with at most that compute)."""
+    x = C: the compute envelope (best loss reached with at most that compute). E lies between `floor`
+    (the data's known lowest loss; 0 when None) and the lowest loss used; alpha > 0."""
+    tol = tol or Tolerances()
     law_name = f"L({variable}) power law"
     x_all = points.variable(variable)
     if variable == "C":
@@ -78,6 +95,7 @@ def fit_single_law(points: Points, variable: str = "N", *, n_boot: int = DEFAULT
         x, L = best_per_value(x_all, points.L)
     require_distinct(x_all, 4, variable, law_name)
     require_count(len(x), 4, law_name + " (after taking the best loss per value)")
-    loss = LseHuber(np.log(x)[None], np.log(L), delta)
+    F, U = e_bounds(Points(x, np.ones_like(x), L), floor, law_name)
+    loss = LseHuber(np.log(x)[None], np.log(L), delta, F, U)
     theta, diagnostics, boot = fit_lse(loss, single_law_grid(), n_boot, seed, 8, tol)
-    return SingleLawFit(variable, SaturatingPowerLaw(*natural_params(theta)), x, L, diagnostics, boot)
+    return SingleLawFit(variable, SaturatingPowerLaw(*loss.natural(theta)), x, L, diagnostics, boot, F, U)

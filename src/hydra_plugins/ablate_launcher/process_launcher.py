@@ -1,5 +1,5 @@
 """Hydra discovers launchers only inside the `hydra_plugins` namespace package (hydra.core.plugins),
-so the plugin class lives here and the work is done by `ablate.launcher` (imported lazily: Hydra
+so the plugin class lives here and the work is done by `ablate.sweep.launch.process` (imported lazily: Hydra
 imports every plugin module at start-up, and this one must stay cheap).
 
 Configs: conf/hydra/launcher/sequential.yaml and parallel.yaml.
@@ -7,7 +7,8 @@ Configs: conf/hydra/launcher/sequential.yaml and parallel.yaml.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
@@ -18,13 +19,14 @@ from omegaconf import DictConfig
 class ProcessLauncher(Launcher):
     """Each job in its own process on this machine, `workers` at a time, `threads_per_job` threads each."""
 
-    def __init__(self, workers: Optional[int] = None, threads_per_job: Optional[int] = None, stop_timeout_s: float = 60.0):
+    def __init__(self, workers: int | None = None, threads_per_job: int | None = None, stop_timeout_s: float = 60.0):
         self.workers = workers
         self.threads_per_job = threads_per_job
         self.stop_timeout_s = stop_timeout_s
-        self.hydra_context: Optional[HydraContext] = None
-        self.task_function: Optional[TaskFunction] = None
-        self.config: Optional[DictConfig] = None
+        self.pool = None  # the warm worker, kept across launches (an Optuna study's batches)
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
+        self.config: DictConfig | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context = hydra_context
@@ -32,8 +34,31 @@ class ProcessLauncher(Launcher):
         self.config = config
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from ablate.launcher import LaunchSettings, launch
+        import weakref
+
+        from ablate.cli.common import fail
+        from ablate.config import ConfigError
+        from ablate.sweep.launch.pool import take
+        from ablate.sweep.launch.process import WORK_DIR, launch, tracking_uri
+        from ablate.sweep.launch.settings import parse_process_settings
 
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
-        settings = LaunchSettings(self.workers, self.threads_per_job, self.stop_timeout_s)
-        return launch(self.hydra_context, self.task_function, self.config, job_overrides, initial_job_idx, settings)
+        try:
+            settings = parse_process_settings(
+                {
+                    "workers": self.workers,
+                    "threads_per_job": self.threads_per_job,
+                    "stop_timeout_s": self.stop_timeout_s,
+                }
+            )
+        except ConfigError as exc:
+            fail(str(exc))
+        if self.pool is None:
+            self.pool = take(tracking_uri(self.config), Path(str(self.config.hydra.sweep.dir)) / WORK_DIR)
+            weakref.finalize(self, self.pool.close)  # at exit at the latest: the worker ends with its launcher
+        try:
+            return launch(
+                self.hydra_context, self.task_function, self.config, job_overrides, initial_job_idx, settings, self.pool
+            )
+        except ConfigError as exc:
+            fail(str(exc))

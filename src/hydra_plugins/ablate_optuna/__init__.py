@@ -1,5 +1,5 @@
 """Hydra discovers sweepers only inside the `hydra_plugins` namespace package (hydra.core.plugins),
-so the plugin class lives here; the work is done by `ablate.search_driver` (imported lazily:
+so the plugin class lives here; the work is done by `ablate.search.driver` (imported lazily:
 Hydra imports every plugin module at start-up, and this one must stay cheap).
 
 Config: conf/hydra/sweeper/optuna.yaml (`hydra/sweeper=optuna`, or `+sweep=lr`).

@@ -1,9 +1,9 @@
 """`hydra/sweeper=optuna`: an Optuna study whose trials run through the configured launcher and
-can be pruned from inside their jobs (ablate.search, ablate.search_driver)."""
+can be pruned from inside their jobs (ablate.search)."""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
@@ -14,7 +14,7 @@ class OptunaSweeper(Sweeper):
     def __init__(self, **settings: Any) -> None:
         # Every key of conf/hydra/sweeper/optuna.yaml; validated as ablate.search.SearchConfig.
         self.settings = settings
-        self.config: Optional[DictConfig] = None
+        self.config: DictConfig | None = None
         self.launcher = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -25,15 +25,17 @@ class OptunaSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config
         )
 
-    def sweep(self, arguments: List[str]) -> Any:
-        from ablate.cli import fail
+    def sweep(self, arguments: list[str]) -> Any:
+        from ablate.cli.common import fail
         from ablate.config import ConfigError
-        from ablate.search import parse_search
-        from ablate.search_driver import run_study
+        from ablate.search.config import parse_search
+        from ablate.search.driver import run_study
 
         assert self.config is not None and self.launcher is not None
-        settings = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-                    for k, v in self.settings.items()}
+        settings = {
+            k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+            for k, v in self.settings.items()
+        }
         try:
             cfg = parse_search(settings)
             return run_study(cfg, self.config, self.launcher, list(arguments))

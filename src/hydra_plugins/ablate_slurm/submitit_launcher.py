@@ -1,5 +1,5 @@
 """Hydra discovers launchers only inside the `hydra_plugins` namespace package (hydra.core.plugins),
-so the plugin class lives here and the work is done by `ablate.slurm_launcher` (imported lazily:
+so the plugin class lives here and the work is done by `ablate.sweep.launch.slurm` (imported lazily:
 Hydra imports every plugin module at start-up, and this one must stay cheap).
 
 Configs: conf/hydra/launcher/slurm.yaml and submitit_local.yaml.
@@ -7,7 +7,8 @@ Configs: conf/hydra/launcher/slurm.yaml and submitit_local.yaml.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
@@ -19,12 +20,17 @@ class SubmititLauncher(Launcher):
     """A multirun as one job array through submitit: on SLURM, or as local processes."""
 
     def __init__(self, **params: Any) -> None:
-        from ablate.slurm_launcher import parse_settings
+        from ablate.cli.common import fail
+        from ablate.config import ConfigError
+        from ablate.sweep.launch.slurm import parse_settings
 
-        self.settings = parse_settings(params)
-        self.hydra_context: Optional[HydraContext] = None
-        self.task_function: Optional[TaskFunction] = None
-        self.config: Optional[DictConfig] = None
+        try:
+            self.settings = parse_settings(params)
+        except ConfigError as exc:
+            fail(str(exc))
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
+        self.config: DictConfig | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context = hydra_context
@@ -32,7 +38,9 @@ class SubmititLauncher(Launcher):
         self.config = config
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from ablate.slurm_launcher import launch
+        from ablate.sweep.launch.slurm import launch
 
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
-        return launch(self.hydra_context, self.task_function, self.config, job_overrides, initial_job_idx, self.settings)
+        return launch(
+            self.hydra_context, self.task_function, self.config, job_overrides, initial_job_idx, self.settings
+        )

@@ -1,0 +1,82 @@
+"""`ablate backtest`: how often a fit's printed 95% interval holds the truth when it extrapolates (a Hydra
+app over conf/backtest.yaml).
+
+    ablate backtest points=FILE.csv [cuts=[0.25,0.375,0.5,0.625,0.75]] [n_boot=200] [out=DIR]
+    ablate backtest experiment=NAME [tracking.uri=sqlite:////abs/mlflow.db]
+        [entropy_floor=...] [params=total|non_embedding] [tie_exponents=false] [noise=...]
+
+For each cut point (a fraction of the runs' log-compute span) the whole fit -- approach 3, its
+bootstrap, its verdict and the calibration of its intervals -- sees only the runs below the cut and
+predicts every run above it. Prints the table by distance past the largest fitted run (decades of
+compute): held-out runs, how many fell inside their interval, the median error and interval width,
+the verdicts; writes DIR/backtest.json and DIR/backtest.md (default DIR: exports/NAME/backtest).
+The work is in scaling/backtest.py; the points are read as `ablate fit` reads them (cli/fit.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ablate.cli.common import fail, hydra_main
+from ablate.cli.fit import FitSourceConfig, load_inputs, parse_config
+from ablate.config import ConfigError
+from ablate.files import write_text
+
+DEFAULT_CUTS = (0.25, 0.375, 0.5, 0.625, 0.75)
+SUMMARY = "How often a fit's printed 95% interval holds runs past the data it saw: fit below a cut, predict above."
+EXAMPLE = "ablate backtest points=tests/fixtures/chinchilla.csv"
+
+
+@dataclass
+class BacktestConfig(FitSourceConfig):
+    n_boot: int = 200  # each cut is a whole fit with its own bootstrap: fewer resamples keep it quick
+    cuts: list = field(default_factory=lambda: list(DEFAULT_CUTS))
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.cuts or not all(isinstance(c, (int, float)) and 0 < c < 1 for c in self.cuts):
+            raise ConfigError(
+                f"cuts={self.cuts} is invalid (valid: a list of fractions of the compute span, each 0 < cut < 1)"
+            )
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out) if self.out else Path("exports") / self.name / "backtest"
+
+
+def task(cfg) -> dict:
+    from omegaconf import OmegaConf
+
+    from ablate.scaling.backtest import backtest
+    from ablate.scaling.points import FitInputError
+    from ablate.scaling.report import backtest_markdown
+
+    try:
+        bc = parse_config(BacktestConfig, OmegaConf.to_container(cfg, resolve=True))
+        inputs = load_inputs(bc)
+        started = time.perf_counter()
+        result = backtest(inputs.points, bc.options(), tuple(float(c) for c in bc.cuts))
+    except (ConfigError, FitInputError) as exc:
+        fail(str(exc))
+    print(inputs.source, file=sys.stderr)
+    md = backtest_markdown(result, f"Backtest of {bc.name}: {len(inputs.points)} runs, cuts {bc.cuts}")
+    doc = {"source": inputs.source, "cuts": bc.cuts, "n_boot": bc.n_boot, **result.to_dict()}
+    files = [
+        write_text(bc.out_dir / "backtest.json", json.dumps(doc, indent=2) + "\n"),
+        write_text(bc.out_dir / "backtest.md", md),
+    ]
+    print(md)
+    print(f"backtest took {time.perf_counter() - started:.0f} s; wrote {', '.join(str(f) for f in files)}")
+    return {"out": str(bc.out_dir), "coverage": result.coverage, "printed_coverage": result.printed_coverage}
+
+
+def main() -> None:
+    hydra_main(task, config_name="backtest", name="backtest", summary=SUMMARY, example=EXAMPLE)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""`python -m ablate compare`: the arms of an ablation as compute multipliers (a Hydra app over conf/compare.yaml).
+
+    python -m ablate compare experiment=NAME arm=precision baseline=fp32 [target=1e18] [tracking.uri=...]
+    python -m ablate compare points=FILE.csv baseline=fp32 [arm=arm]     (a CSV with an arm column)
+        [arms=[bf16,fp16]] [n_boot=1000] [seed=0] [out=DIR]
+
+Groups an experiment's finished runs by the value of a config key (`arm`: any key the runs record,
+e.g. precision, model.attention, model.mup, optim.lr; a config group stands for its name), fits each
+arm's law L(C) on the shared ladder, and reports the compute multiplier of every arm against the
+baseline at each scale, its trend and its value at the target, each with its verdict (trusted, wide or
+not_determined, and why; a not_determined multiplier is printed as the word, not a number). E is
+fitted above the data's entropy floor: entropy_floor=, else the points' own (the CSV's entropy_floor
+column, the experiment's runs). Writes DIR/multiplier.json,
+multiplier.md and multiplier.png (default DIR: exports/NAME-ARM/) and, with experiment=NAME, logs them
+to a run tagged ablate.kind=compare. The method is in scaling/multiplier.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ablate.cli.common import fail, hydra_main
+from ablate.cli.fit import FitTrackingConfig
+from ablate.config import ConfigError, build
+
+
+@dataclass
+class CompareConfig:
+    experiment: str | None = None
+    points: str | None = None
+    arm: str = "precision"
+    baseline: str | None = None
+    arms: list | None = None
+    target: float | None = None
+    n_boot: int = 1000
+    seed: int = 0
+    entropy_floor: float | None = None
+    shared: bool = True
+    out: str | None = None
+    tracking: FitTrackingConfig = field(default_factory=FitTrackingConfig)
+
+    def validate(self) -> None:
+        if (self.experiment is None) == (self.points is None):
+            given = "both" if self.experiment else "neither"
+            raise ConfigError(
+                f"experiment and points: {given} given (valid: experiment=NAME, an MLflow experiment, "
+                "or points=FILE.csv with columns params,tokens,loss,flops and an arm column)"
+            )
+        if not self.baseline:
+            raise ConfigError(
+                f"baseline={self.baseline} is missing (valid: the value of {self.arm} to measure against)"
+            )
+        if self.n_boot < 0:
+            raise ConfigError(f"n_boot={self.n_boot} is negative (valid: >= 0)")
+        if self.target is not None and self.target <= 0:
+            raise ConfigError(f"target={self.target:g} must be positive (valid: training FLOPs, e.g. 1e18)")
+
+    @property
+    def name(self) -> str:
+        return self.experiment or Path(self.points).stem
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out) if self.out else Path("exports") / f"{self.name}-{self.arm}"
+
+
+def parse_compare(tree: dict) -> CompareConfig:
+    tree = {k: v for k, v in tree.items() if k != "hydra"}
+    rest = {k: v for k, v in tree.items() if k != "tracking"}
+    cfg = replace(build(CompareConfig, rest, ""), tracking=build(FitTrackingConfig, tree.get("tracking"), "tracking"))
+    cfg.baseline = None if cfg.baseline is None else str(cfg.baseline)
+    cfg.arms = None if cfg.arms is None else [str(a) for a in cfg.arms]
+    cfg.validate()
+    return cfg
+
+
+def arms_from_experiment(cfg: CompareConfig):
+    """({arm value: Points}, the key used, entropy floor, experiment id, what was read)."""
+    from ablate.scaling import runs as fit_runs
+
+    found = fit_runs.read_experiment(cfg.tracking.uri, cfg.experiment)
+    params = fit_runs.run_params(cfg.tracking.uri, found.experiment_id, found.points.run_ids)
+    rows = [params.get(r, {}) for r in found.points.run_ids]
+    key = next((k for k in (cfg.arm, f"{cfg.arm}.name") if rows and all(k in p for p in rows)), None)
+    if key is None:
+        varying = sorted(
+            k for k in set().union(*rows) if len({p.get(k) for p in rows}) > 1 and not k.startswith("derived.")
+        )
+        raise ConfigError(
+            f"arm={cfg.arm} is not a config key the runs of {cfg.experiment} record "
+            f"(valid: a key whose value differs between them: {', '.join(varying) or 'none differs'})"
+        )
+    values = [p[key] for p in rows]
+    source = (
+        f"experiment {found.experiment} ({cfg.tracking.uri}): {len(values)} FINISHED training runs; "
+        f"skipped {fit_runs.describe_skipped(found.skipped) or 'none'}"
+    )
+    floor = cfg.entropy_floor if cfg.entropy_floor is not None else found.entropy_floor
+    return _group(found.points, values, cfg), key, floor, found.experiment_id, source
+
+
+def arms_from_csv(cfg: CompareConfig):
+    from ablate.scaling.points import FitInputError, Points
+
+    points = Points.from_csv(cfg.points)
+    with open(cfg.points, newline="") as fh:
+        reader = csv.DictReader(fh)
+        if cfg.arm not in (reader.fieldnames or []):
+            raise FitInputError(
+                f"{cfg.points}: no column {cfg.arm!r} (valid: arm=<a column>: {', '.join(reader.fieldnames or [])})"
+            )
+        values = [row[cfg.arm] for row in reader]
+    floor = cfg.entropy_floor if cfg.entropy_floor is not None else points.entropy_floor
+    return _group(points, values, cfg), cfg.arm, floor, None, f"points: {cfg.points}"
+
+
+def _group(points, values: list[str], cfg: CompareConfig) -> dict:
+    import numpy as np
+
+    order = list(dict.fromkeys(values))
+    wanted = cfg.arms or order
+    missing = [a for a in [*wanted, cfg.baseline] if a not in order]
+    if missing:
+        raise ConfigError(f"{cfg.arm}={missing[0]} has no finished runs (valid: {', '.join(order)})")
+    arr = np.asarray(values, dtype=object)
+    names = [cfg.baseline, *[a for a in wanted if a != cfg.baseline]]
+    return {a: points.subset(np.flatnonzero(arr == a)) for a in names}
+
+
+def task(cfg) -> dict:
+    from omegaconf import OmegaConf
+
+    from ablate.scaling.multiplier import compare_arms
+    from ablate.scaling.multiplier_export import export_multiplier, summary_text
+    from ablate.scaling.points import FitInputError
+
+    try:
+        cc = parse_compare(OmegaConf.to_container(cfg, resolve=True))
+        read = arms_from_experiment if cc.experiment else arms_from_csv
+        groups, key, floor, experiment_id, source = read(cc)
+        report = compare_arms(
+            groups,
+            cc.baseline,
+            key=key,
+            target_C=cc.target,
+            n_boot=cc.n_boot,
+            seed=cc.seed,
+            entropy_floor=floor,
+            shared=cc.shared,
+        )
+    except (ConfigError, FitInputError) as exc:
+        fail(str(exc))
+    print(source, file=sys.stderr)
+    files = export_multiplier(report, cc.out_dir)
+    print(summary_text(report))
+    print(f"wrote {', '.join(str(f) for f in files)}")
+    if experiment_id is not None:
+        from ablate.scaling.runs import log_fit_run
+
+        params = {
+            "experiment": cc.experiment,
+            "arm": key,
+            "baseline": cc.baseline,
+            "n_boot": cc.n_boot,
+            "seed": cc.seed,
+            "entropy_floor": report.entropy_floor,
+        }
+        metrics = {
+            f"multiplier/{c.arm}/{i}": a.multiplier.value
+            for c in report.comparisons
+            for i, a in enumerate(c.scales)
+            if a.shown is not None and a.multiplier.value < float("inf")
+        }
+        run_id = log_fit_run(
+            cc.tracking.uri,
+            experiment_id,
+            files,
+            {**params, "target": cc.target},
+            metrics,
+            True,
+            "",
+            report.verdict.level,
+            kind="compare",
+        )
+        print(f"MLflow: run {run_id} (tag ablate.kind=compare, ablate.fit_verdict={report.verdict.level})")
+    return {"out": str(cc.out_dir), "verdict": report.verdict.level}
+
+
+def main() -> None:
+    hydra_main(task, config_name="compare")
+
+
+if __name__ == "__main__":
+    main()

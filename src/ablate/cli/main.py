@@ -1,0 +1,70 @@
+"""`ablate [COMMAND] [ARGS...]`, also `python -m ablate ...`: the front door to every command.
+
+Without a command name the arguments go to `train`, so `ablate +sweep=precision` and
+`python -m ablate model=tiny` are training runs and sweeps, as they have always been.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> (module with main(), one line for `ablate --help`, how it takes its arguments)
+COMMANDS = {
+    "train": ("ablate.cli.train", "one training run, or a sweep with +sweep=NAME or --multirun (the default)", "hydra"),
+    "fit": ("ablate.cli.fit", "fit scaling laws to an experiment's runs or to a points CSV", "hydra"),
+    "compare": (
+        "ablate.cli.compare",
+        "an ablation's arms as compute multipliers against a baseline, across scale",
+        "hydra",
+    ),
+    "backtest": ("ablate.cli.backtest", "how often a fit's 95% interval holds runs past the data it saw", "hydra"),
+    "plan": ("ablate.cli.plan", "price a big run: FLOPs, memory, hours, cost, predicted loss, what binds", "hydra"),
+    "prepare": (
+        "ablate.cli.prepare",
+        "tokenize your text: train a byte-level BPE (or bring one), write token files",
+        "argv",
+    ),
+    "study": ("ablate.cli.study", "run or refresh a recorded study (experiments/NAME)", "argv"),
+    "submit": ("ablate.cli.submit", "submit a SLURM sweep as a driver job and return at once", "argv"),
+    "jobs": ("ablate.cli.jobs", "a SLURM sweep's jobs and how their runs ended", "argv"),
+    "sync": ("ablate.cli.sync", "deliver runs spooled during a tracking outage", "argv"),
+    "ui": ("ablate.cli.ui", "the MLflow UI over a store, on 127.0.0.1", "argv"),
+}
+DEFAULT = "train"
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [
+        "usage: ablate [COMMAND] [ARGS...]   (or python -m ablate ...)",
+        "",
+        "Small, honest training experiments turned into decisions about big ones.",
+        "",
+        "commands:",
+    ]
+    lines += [f"  {name:<{width}}  {line}" for name, (_, line, _) in COMMANDS.items()]
+    lines += [
+        "",
+        f"Without a COMMAND the arguments go to `{DEFAULT}`.",
+        "`ablate COMMAND --help` shows a command's own options.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv in (["-h"], ["--help"], ["help"]):
+        print(usage())
+        return
+    name = argv[0] if argv and argv[0] in COMMANDS else DEFAULT
+    args = argv[1:] if argv and argv[0] == name else argv
+    module_name, _, style = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    if style == "hydra":  # Hydra reads the overrides from sys.argv
+        sys.argv = [f"{sys.argv[0]} {name}" if name != DEFAULT else sys.argv[0], *args]
+        module.main()
+        return
+    code = module.main(args)
+    if code:
+        raise SystemExit(code)

@@ -1,0 +1,50 @@
+"""`ablate plan`: price a big run before renting it (a Hydra app over conf/plan.yaml).
+
+    ablate plan model=gpt_1p5b precision=bf16_pure hardware=h200 budget.tokens=1e11 \\
+        [budget.flops=... | budget.hours=... | budget.dollars=...] [gpus=8] [data.tokens_available=...] \\
+        [fit=exports/NAME/fit.json] [out=DIR]
+
+Prints a table and writes DIR/plan.json, DIR/plan.md and DIR/config.yaml (default DIR:
+plans/<model>-<hardware>/). The work is in plan/.
+"""
+
+from __future__ import annotations
+
+from ablate.cli.common import fail, hydra_main
+from ablate.config import ConfigError
+from ablate.files import check_writable_dir
+from ablate.plan import render
+from ablate.plan.config import parse_plan
+from ablate.plan.hardware import planning_hardware
+from ablate.plan.make import make_plan
+from ablate.plan.mfu import choose_mfu
+from ablate.scaling.fitfile import load_fit
+
+SUMMARY = "Price a big run before renting it: FLOPs, memory per GPU, hours, cost, predicted loss, and what binds."
+EXAMPLE = "ablate plan model=gpt_1p5b precision=bf16_pure hardware=h200 budget.tokens=1e11"
+
+
+def task(cfg) -> dict:
+    from omegaconf import OmegaConf
+
+    try:
+        inputs = parse_plan(OmegaConf.to_container(cfg, resolve=True))
+        check_writable_dir(inputs.plan.out, "out")
+        hw = planning_hardware(inputs.hardware, inputs.precision)
+        fit = load_fit(inputs.plan.fit) if inputs.plan.fit else None
+        mfu = choose_mfu(inputs.plan, hw.name, hw.device, inputs.precision.name)
+        plan = make_plan(inputs, hw, mfu, fit)
+    except ConfigError as exc:
+        fail(str(exc))
+    paths = render.write_plan(plan, inputs.plan.out, OmegaConf.to_yaml(cfg, resolve=True))
+    print(render.render_table(plan))
+    print(f"wrote {', '.join(str(p) for p in paths)}")
+    return render.plan_dict(plan)
+
+
+def main() -> None:
+    hydra_main(task, config_name="plan", name="plan", summary=SUMMARY, example=EXAMPLE)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""`ablate [train] OVERRIDES`: one training run, or a sweep with +sweep=NAME or --multirun (a Hydra
+app over conf/config.yaml). The work is in run/ (one run) and sweep/ (many)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from ablate.cli.common import fail, hydra_main
+from ablate.config import ConfigError, UnsupportedError, parse_run
+from ablate.files import write_json
+from ablate.search.trial import trial_hook
+from ablate.sweep import callback
+from ablate.sweep.context import job_context
+
+# A second launch of a run that another launch is training now (run/lock.py): sysexits' EX_TEMPFAIL,
+# "try again later".
+EXIT_BUSY = 75
+SUMMARY = (
+    "One training run, or a sweep with +sweep=NAME or --multirun "
+    "(the default command: `ablate ARGS` is `ablate train ARGS`)."
+)
+EXAMPLE = "ablate model=tiny precision=bf16 train.steps=300"
+
+
+def task(cfg) -> dict:
+    """Hydra task: one run. Returns the RunResult as a dict (the sweep summary reads result.json)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from ablate.run import branches, preemption, train  # torch: imported once the config is known to be good
+    from ablate.run.prepare import prepare
+
+    hc = HydraConfig.get()
+    out_dir = Path(hc.runtime.output_dir)
+    context = job_context(hc)
+    try:
+        run_cfg = parse_run(OmegaConf.to_container(cfg, resolve=True))
+        if context.label and not context.label.startswith("#") and run_cfg.tracking.run_name is None:
+            # a sweep's run is named by what sets it apart: the UI's legends then read "precision=bf16"
+            run_cfg = dataclasses.replace(
+                run_cfg, tracking=dataclasses.replace(run_cfg.tracking, run_name=context.label)
+            )
+        family = branches.is_family(run_cfg)
+        prepared = branches.prepare_family(run_cfg) if family else prepare(run_cfg)
+    except UnsupportedError as exc:
+        if not (context.in_sweep and cfg.get("skip_unsupported")):
+            fail(str(exc))
+        print(f"skipped: {exc}", file=sys.stderr)
+        record = {"status": "unsupported", "reason": str(exc), "precision": cfg.precision.name}
+        write_json(out_dir / "result.json", record)
+        return record
+    except ConfigError as exc:
+        fail(str(exc))
+    if family:
+        return _family(prepared, out_dir, context)
+    train.set_threads(context.threads)
+    on_eval = trial_hook(hc)  # a trial of an Optuna study (hydra/sweeper=optuna) reports and may be pruned
+    try:
+        result = train.run(
+            run_cfg,
+            out_dir,
+            sweep_id=context.sweep_id,
+            experiment_id=context.experiment_id,
+            prepared=prepared,
+            parent_run_id=context.parent_run_id,
+            on_eval=on_eval,
+        )
+    except KeyboardInterrupt:
+        raise
+    except preemption.Requeued as exc:  # a signal: checkpointed, KILLED in MLflow, resumable
+        if not context.in_sweep:
+            print(f"stopped: {exc}", file=sys.stderr)
+        raise
+    except Exception as exc:  # the run is FAILED in MLflow and result.json; a sweep goes on
+        print(f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if not context.in_sweep:
+            raise SystemExit(1) from None
+        return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+    print(describe(result), file=sys.stderr)
+    if result.status == "busy" and not context.in_sweep:  # one line: the run and its owner
+        raise SystemExit(EXIT_BUSY)
+    if not context.in_sweep:  # a sweep's folder is printed once, at its end
+        shown = out_dir.relative_to(Path.cwd()) if out_dir.is_relative_to(Path.cwd()) else out_dir
+        print(f"run folder: {shown} (result.json, the resolved config in .hydra/)", file=sys.stderr)
+    if result.status == "failed" and not context.in_sweep:
+        raise SystemExit(1)
+    return result.to_dict()
+
+
+def _family(fam, out_dir: Path, context) -> dict:
+    """A list budget: the trunk, then a cooldown branch per budget (run/branches.py), on this job's
+    share of the cores: the process launchers give a job its share as OMP_NUM_THREADS, which is
+    torch's thread count."""
+    import torch
+
+    from ablate.run import branches
+
+    try:
+        result = branches.run_family(
+            fam,
+            out_dir,
+            sweep_id=context.sweep_id,
+            experiment_id=context.experiment_id,
+            parent_run_id=context.parent_run_id,
+            workers=context.threads or torch.get_num_threads(),
+        )
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        print(f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if not context.in_sweep:
+            raise SystemExit(1) from None
+        return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+    for member in [result.trunk, *result.branches]:
+        if member is not None:
+            print(describe(member), file=sys.stderr)
+    if result.failed and not context.in_sweep:
+        raise SystemExit(1)
+    return result.to_dict()
+
+
+def describe(result) -> str:
+    name = f"{result.model}/{result.precision}"
+    if getattr(result, "kind", "run") != "run":  # a trunk, or a branch with its fork step
+        name += f" {result.kind}" + (f" from step {result.fork_step}" if result.fork_step else "")
+    if result.status == "skipped":
+        return f"skipped {name}: {result.reason} (mlflow run {result.mlflow_run_id})"
+    if result.status == "busy":
+        return f"busy {name}: run {result.config_hash} is {result.reason}; not started again"
+    if result.status != "finished":
+        return f"{result.status} {name}: {result.reason}"
+    floor = f" (entropy floor {result.entropy_floor:.3f})" if result.entropy_floor else ""
+    return (
+        f"finished {name}: val loss {result.final_val_loss:.4f}{floor}, {result.tokens:,} tokens, "
+        f"{result.flops:.3g} FLOPs, {result.tokens_per_s:,.0f} tokens/s, mlflow run {result.mlflow_run_id}"
+    )
+
+
+def main() -> None:
+    try:
+        hydra_main(task, config_name="config", name="train", summary=SUMMARY, example=EXAMPLE)
+    except KeyboardInterrupt as exc:  # the launcher has stopped its jobs (sweep/launch/process.py)
+        print(f"interrupted: {exc}" if str(exc) else "interrupted", file=sys.stderr)
+        raise SystemExit(130) from None  # 128 + SIGINT, the shell's convention
+    if callback.LAST_SUMMARY is not None and callback.LAST_SUMMARY.failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

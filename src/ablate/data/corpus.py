@@ -1,0 +1,96 @@
+"""Your text files as one byte stream: which files, in which order, and where validation starts.
+
+The files are read in sorted order (reproducible) up to `max_bytes`; the last `val_fraction` of the
+bytes is the validation split. Byte-level runs and tokenized runs cut the stream at the same byte,
+so their validation text is the same and bits per byte compare them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sysconfig
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ablate.config import ConfigError
+
+
+@dataclass(frozen=True)
+class Corpus:
+    files: tuple[Path, ...]
+    chunks: tuple[bytes, ...]  # one per file read (the last one cut at max_bytes)
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.chunks))
+
+    def split(self, val_fraction: float) -> tuple[list[bytes], list[bytes]]:
+        """(train chunks, val chunks): the last val_fraction of the bytes, at least one byte, is val."""
+        n_val = max(1, int(self.size * val_fraction))
+        cut = self.size - n_val
+        train, val, seen = [], [], 0
+        for chunk in self.chunks:
+            if seen + len(chunk) <= cut:
+                train.append(chunk)
+            elif seen >= cut:
+                val.append(chunk)
+            else:
+                train.append(chunk[: cut - seen])
+                val.append(chunk[cut - seen :])
+            seen += len(chunk)
+        return [c for c in train if c], [c for c in val if c]
+
+    def fingerprint(self) -> str:
+        """Which files and how much of each: a change of either means new tokens."""
+        h = hashlib.sha256()
+        for path, chunk in zip(self.files, self.chunks, strict=True):
+            stat = path.stat()
+            h.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0{len(chunk)}\n".encode())
+        return h.hexdigest()[:16]
+
+
+def resolve(entry: str) -> Path:
+    """A data.paths entry: "stdlib" is the Python standard library's own source."""
+    return Path(sysconfig.get_paths()["stdlib"]) if entry == "stdlib" else Path(str(entry)).expanduser()
+
+
+def corpus_files(paths, glob: str) -> Iterator[Path]:
+    for entry in paths:
+        path = resolve(str(entry))
+        if path.is_file():
+            yield path
+        elif path.is_dir():
+            try:
+                yield from (p for p in path.glob(glob) if p.is_file())
+            except (ValueError, NotImplementedError) as exc:  # pathlib rejects e.g. '' and 'a/**b'
+                raise ConfigError(f"data.glob={glob!r} is invalid: {exc} (valid: e.g. '**/*.txt')") from None
+        else:
+            raise ConfigError(
+                f"data.paths has {str(entry)!r}, which does not exist (valid: existing files or folders, or stdlib)"
+            )
+
+
+def read_corpus(paths, glob: str, max_bytes: int) -> Corpus:
+    files = sorted(corpus_files(paths, glob))
+    if not files:
+        raise ConfigError(
+            f"data.paths={list(paths)} with data.glob={glob!r} matched no files (valid: existing files or folders)"
+        )
+    used, chunks, total = [], [], 0
+    for f in files:
+        try:
+            b = f.read_bytes()
+        except OSError:
+            continue
+        chunk = b[: max_bytes - total]
+        if not chunk:
+            continue
+        used.append(f)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total >= max_bytes:
+            break
+    if total == 0:
+        raise ConfigError(f"data.paths={list(paths)} are empty (valid: files with content)")
+    return Corpus(tuple(used), tuple(chunks))

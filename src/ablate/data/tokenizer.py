@@ -1,0 +1,195 @@
+"""Your own text as tokens: a byte-level BPE tokenizer trained on your files with Hugging Face
+`tokenizers` (nothing is downloaded), or a tokenizer file you bring, and the token files runs read.
+
+A prepared folder (`ablate prepare`, or data=text data.tokenizer=bpe, which caches one) holds:
+    tokenizer.json    the tokenizer, in the `tokenizers` format
+    train.bin val.bin token ids, little-endian uint16 (vocab <= 65536) or uint32: np.memmap them
+    meta.json         vocab_size, dtype, tokens and bytes per split, bytes_per_token, the sources
+Byte-level BPE (Radford et al. 2019, GPT-2; Sennrich et al. 2016) starts from the 256 byte values,
+so every input is encodable; merges are learned on the training split only. bytes_per_token is
+the validation split's bytes over its tokens: a loss L in nats per token is L / ln 2 / bytes_per_token
+bits per byte, the figure that compares runs with different tokenizers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ablate.config import ConfigError
+from ablate.data.corpus import Corpus
+from ablate.files import replacing, write_json
+
+META = "meta.json"
+TOKENIZER = "tokenizer.json"
+MIN_VOCAB = 257  # the 256 bytes and at least one merge
+MAX_VOCAB = 1 << 32
+BATCH_BYTES = 1 << 20  # text encoded per batch (encode_batch runs in parallel inside tokenizers)
+
+
+@dataclass(frozen=True)
+class PreparedMeta:
+    vocab_size: int
+    dtype: str  # "uint16" or "uint32"
+    train_tokens: int
+    val_tokens: int
+    train_bytes: int
+    val_bytes: int
+    bytes_per_token: float  # of the validation split
+    tokenizer: str  # "bpe trained here" or the file it came from
+    sources: list
+    fingerprint: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def train_bpe(chunks: list[bytes], vocab_size: int, progress: bool = False):
+    """A byte-level BPE tokenizer with `vocab_size` entries, trained on `chunks` (the train split)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if not MIN_VOCAB <= vocab_size < MAX_VOCAB:
+        raise ConfigError(f"vocab_size={vocab_size} is out of range (valid: {MIN_VOCAB} to {MAX_VOCAB - 1})")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+        show_progress=progress,
+    )
+    tok.train_from_iterator((_text(c) for c in chunks), trainer=trainer, length=len(chunks))
+    return tok
+
+
+def load_tokenizer(path: Path):
+    from tokenizers import Tokenizer
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"tokenizer={str(path)!r} does not exist (valid: a tokenizer.json file of `tokenizers`)")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the library raises its own exception types for a bad file
+        raise ConfigError(
+            f"tokenizer={str(path)!r} is not a `tokenizers` file ({exc}) (valid: a tokenizer.json)"
+        ) from None
+
+
+def prepare(
+    corpus: Corpus,
+    out_dir: Path,
+    val_fraction: float,
+    vocab_size: int | None = None,
+    tokenizer_file: Path | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> PreparedMeta:
+    """Train (or load) the tokenizer, encode both splits into token files, record it all.
+
+    progress(phase, bytes_done, bytes_total) is called as the encoding goes. Every file appears
+    complete or not at all; meta.json is written last, so a folder with it is a finished one.
+    """
+    train, val = corpus.split(val_fraction)
+    if tokenizer_file is not None:
+        tok = load_tokenizer(tokenizer_file)
+        source = str(tokenizer_file)
+    else:
+        if vocab_size is None:
+            raise ConfigError("vocab_size is missing (valid: a vocabulary size such as 4096, or an existing tokenizer)")
+        tok = train_bpe(train, vocab_size)
+        source = "byte-level BPE trained on the train split"
+    vocab = tok.get_vocab_size()
+    dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for split, chunks in (("train", train), ("val", val)):
+        counts[split] = encode_to_file(tok, chunks, out_dir / f"{split}.bin", dtype, progress, split)
+    if tokenizer_file is not None and Path(tokenizer_file).resolve() != (out_dir / TOKENIZER).resolve():
+        with replacing(out_dir / TOKENIZER) as tmp:
+            shutil.copyfile(tokenizer_file, tmp)
+    elif tokenizer_file is None:
+        with replacing(out_dir / TOKENIZER) as tmp:
+            tok.save(str(tmp))
+    val_bytes = sum(map(len, val))
+    meta = PreparedMeta(
+        vocab_size=vocab,
+        dtype=np.dtype(dtype).name,
+        train_tokens=counts["train"],
+        val_tokens=counts["val"],
+        train_bytes=sum(map(len, train)),
+        val_bytes=val_bytes,
+        bytes_per_token=val_bytes / counts["val"] if counts["val"] else 0.0,
+        tokenizer=source,
+        sources=[str(f) for f in corpus.files[:20]] + [f"... {len(corpus.files) - 20} more"] * (len(corpus.files) > 20),
+        fingerprint=corpus.fingerprint(),
+    )
+    write_json(out_dir / META, meta.to_dict())
+    return meta
+
+
+def encode_to_file(tok, chunks: list[bytes], path: Path, dtype, progress=None, phase: str = "") -> int:
+    """Encode `chunks` in batches and write the ids to `path` (atomically); returns the token count."""
+    total = sum(map(len, chunks))
+    done = 0
+    count = 0
+    with replacing(path) as tmp, open(tmp, "wb") as f:
+        for batch in _batches(chunks, BATCH_BYTES):
+            for enc in tok.encode_batch([_text(c) for c in batch], add_special_tokens=False):
+                ids = np.asarray(enc.ids, dtype=dtype)
+                f.write(ids.astype(ids.dtype.newbyteorder("<"), copy=False).tobytes())
+                count += len(ids)
+            done += sum(map(len, batch))
+            if progress is not None:
+                progress(phase, done, total)
+    if count == 0:
+        raise ConfigError(f"the {phase} split encodes to no tokens (valid: more text, or a larger val_fraction)")
+    return count
+
+
+def read_meta(directory: Path) -> PreparedMeta | None:
+    try:
+        doc = json.loads((Path(directory) / META).read_text())
+        return PreparedMeta(**doc)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def load_tokens(directory: Path, split: str, meta: PreparedMeta) -> np.memmap:
+    return np.memmap(Path(directory) / f"{split}.bin", dtype=np.dtype(meta.dtype).newbyteorder("<"), mode="r")
+
+
+def cache_key(corpus: Corpus, val_fraction: float, vocab_size: int) -> str:
+    """A prepared folder's name under the cache: the corpus, the split and the vocabulary."""
+
+    import tokenizers
+
+    blob = f"{corpus.fingerprint()}|{val_fraction}|{vocab_size}|{tokenizers.__version__}"
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _text(chunk: bytes) -> str:
+    # Byte-level BPE sees bytes; `tokenizers` takes str, so undecodable bytes (rare in source
+    # text) become U+FFFD. Byte counts are always the original bytes'.
+    return chunk.decode("utf-8", errors="replace")
+
+
+def _batches(chunks: list[bytes], limit: int):
+    batch, size = [], 0
+    for c in chunks:
+        for i in range(0, len(c), limit):  # a huge file is encoded in pieces
+            piece = c[i : i + limit]
+            batch.append(piece)
+            size += len(piece)
+            if size >= limit:
+                yield batch
+                batch, size = [], 0
+    if batch:
+        yield batch

@@ -1,0 +1,139 @@
+"""Atomic file writes: a reader (another process, a relaunch, a crash's survivor) sees the old file
+or the new one, never half of either.
+
+Every file this project writes as a result (result.json, summaries, plots, plans, fits, caches,
+checkpoints) goes through `write_bytes`: write a temporary file in the same directory, optionally
+fsync it, then os.replace it over the target (atomic within one POSIX filesystem, rename(2)).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ablate.config import ConfigError
+from ablate.faults import failpoint
+
+
+def temporary_path(path: Path) -> Path:
+    """A hidden sibling of `path`, unique per process, on the same filesystem (so the rename is atomic)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+@contextmanager
+def replacing(path: Path, durable: bool = False) -> Iterator[Path]:
+    """Write to the yielded temporary path; on success it replaces `path` in one rename, on any
+    error it is removed and `path` is untouched. For files written piece by piece (token files).
+
+    durable: fsync the file before the rename and the directory after it, so that after a power
+    loss the name points at complete data (checkpoints).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_path(path)
+    try:
+        yield tmp
+        if durable:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        if durable:
+            _fsync_dir(path.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_bytes(path: Path, data: bytes, durable: bool = False, fault: str | None = None) -> Path:
+    """Write `data` to `path` atomically (see `replacing`).
+
+    fault: a failpoint name (faults.py) hit halfway through the write, where a kill leaves a torn
+    temporary file and the old `path` intact.
+    """
+    with replacing(path, durable) as tmp, open(tmp, "wb") as f:
+        if fault:
+            f.write(data[: len(data) // 2])
+            failpoint(fault)
+            f.write(data[len(data) // 2 :])
+        else:
+            f.write(data)
+    return Path(path)
+
+
+def write_text(path: Path, text: str) -> Path:
+    return write_bytes(path, text.encode())
+
+
+def write_json(path: Path, obj: Any) -> Path:
+    return write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def figure_bytes(fig, fmt: str = "png", dpi: int = 120, **savefig_kwargs) -> bytes:
+    """A matplotlib figure rendered in memory, ready for write_bytes."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=dpi, format=fmt, **savefig_kwargs)
+    return buffer.getvalue()
+
+
+def save_figure(fig, path: Path, dpi: int = 120, **savefig_kwargs) -> Path:
+    """A matplotlib figure as an image file (format from the suffix), atomically."""
+    return write_bytes(path, figure_bytes(fig, Path(path).suffix.lstrip(".") or "png", dpi, **savefig_kwargs))
+
+
+def cache_dir() -> Path:
+    """Where this machine's measurements and generated data are kept between runs (ABLATE_CACHE,
+    else ~/.cache/ablate). Everything in it can be deleted: it is made again when needed."""
+    return Path(os.environ.get("ABLATE_CACHE", Path.home() / ".cache" / "ablate"))
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    """The JSON document at `path`, or `default` when it is missing or not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return default
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def check_writable_dir(path, key: str) -> Path:
+    """`path` is a directory this process can write, or can create (its nearest existing ancestor is
+    a writable directory); checked without creating anything. ConfigError (one line) otherwise."""
+    if not str(path).strip():
+        raise ConfigError(f"{key} is empty (valid: a directory path)")
+    path = Path(path).expanduser()
+    probe = path if path.is_absolute() else Path.cwd() / path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "" if probe == path else f" ({probe} is a file)"
+        raise ConfigError(f"{key}={str(path)!r} is not a directory{where} (valid: a directory path)")
+    try:  # os.access says yes to root on a read-only mount: ask the filesystem (an unnamed file)
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        where = "" if probe == path else f" ({probe}: {exc.strerror})"
+        raise ConfigError(f"{key}={str(path)!r} cannot be written{where} (valid: a directory you can write)") from None
+    return path
+
+
+def safe_name(text: str) -> str:
+    """`text` as one path component: letters, digits, '.', '-' and '_' kept, anything else (a '/',
+    '..', a space) replaced by '_', so a name from a config cannot climb out of the folder it names
+    something in."""
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in str(text))
+    name = name.lstrip(".")
+    return name or "_"

@@ -1,0 +1,51 @@
+"""Facts about this machine's processes and cores that several layers need."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which SLURM and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def process_alive(pid: int, started_before: float | None = None) -> bool:
+    """True when process `pid` exists (and, given `started_before`, is not a recycled PID: it was
+    created no later than that time, in seconds since the epoch, with a second's tolerance)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return started_before is None or proc.create_time() <= started_before + 1.0
+    except psutil.Error:
+        return False
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """A job must not outlive the process that launched it: a relaunch would resume the same run while
+    the orphan still writes to it. Linux's PR_SET_PDEATHSIG sends SIGTERM when the parent dies (prctl(2))."""
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        raise SystemExit(f"the launcher (pid {parent_pid}) is gone")
+
+
+def interrupt_on(*signals) -> None:
+    """The first of `signals` becomes KeyboardInterrupt, so a run records itself as KILLED and keeps
+    its checkpoint; later ones are ignored so that this clean-up is not cut short."""
+
+    def handler(signum, frame):
+        for s in signals:
+            signal.signal(s, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    for s in signals:
+        signal.signal(s, handler)

@@ -1,0 +1,11 @@
+"""How fast and how big: hardware figures, memory, the decode bound, the roofline, profiling.
+
+hardware.py   resolve a HardwareConfig to this machine's device and peaks (Hardware), measured CPU peak
+peak.py       the CPU's per-core peak FLOP/s, measured so that a busy machine cannot fool it
+support.py    unsupported_reason: whether a device can run a precision policy (torch-free; one rule)
+memory.py     bytes per GPU: weights, gradients, optimizer states, activations (torch-free)
+decode.py     the memory-bandwidth bound on generation speed (torch-free)
+profiling.py  torch.profiler captures of a few steps, as FLOPs and bytes per operator
+roofline.py   operators placed against the compute and bandwidth ceilings; the CPU bandwidth benchmark
+capture.py    RunCapture: profiling and the roofline inside a training run (train.profile=true)
+"""

@@ -1,0 +1,139 @@
+"""The planner's slices of conf/plan.yaml: the budget, the data the user has, the cluster and how
+to use it. `parse_plan` turns the composed tree into them, with the model, precision and hardware
+slices of the training schema (ablate/config.py)."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field, replace
+
+from ablate.config import ConfigError, HardwareConfig, ModelConfig, PrecisionConfig, build, coerce, require_positive
+from ablate.files import safe_name
+
+COMPUTE_BUDGETS = ("flops", "hours", "dollars")
+
+
+@dataclass
+class BudgetConfig:
+    """What the run may spend. tokens fixes D; at most one of flops, hours, dollars caps compute."""
+
+    tokens: float | None = None
+    flops: float | None = None
+    hours: float | None = None
+    dollars: float | None = None
+
+    def validate(self) -> None:
+        for key in ("tokens", *COMPUTE_BUDGETS):
+            if getattr(self, key) is not None:
+                require_positive(f"budget.{key}", getattr(self, key))
+        given = [k for k in COMPUTE_BUDGETS if getattr(self, k) is not None]
+        if len(given) > 1:
+            pairs = " and ".join(f"budget.{k}={getattr(self, k):g}" for k in given)
+            raise ConfigError(
+                f"{pairs} conflict (valid: at most one of budget.flops, budget.hours, "
+                "budget.dollars, with or without budget.tokens)"
+            )
+        if self.tokens is None and not given:
+            raise ConfigError(
+                "no budget given (valid: budget.tokens=N, and/or one of budget.flops, budget.hours, budget.dollars)"
+            )
+
+    @property
+    def compute_key(self) -> str | None:
+        return next((k for k in COMPUTE_BUDGETS if getattr(self, k) is not None), None)
+
+
+@dataclass
+class PlanDataConfig:
+    # Unique training tokens the user has; None: not a constraint.
+    tokens_available: float | None = None
+
+    def validate(self) -> None:
+        if self.tokens_available is not None:
+            require_positive("data.tokens_available", self.tokens_available)
+
+
+@dataclass
+class PlanConfig:
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    data: PlanDataConfig = field(default_factory=PlanDataConfig)
+    # GPUs the user has; the plan says when it needs more.
+    gpus: int = 1
+    # Micro-batch per GPU in sequences (the global batch comes from data parallelism and gradient
+    # accumulation, which do not change memory per GPU).
+    batch_size: int = 4
+    # Training context; None: the model's block_size.
+    context: int | None = None
+    activation_checkpointing: bool = False
+    # MFU to assume; None: the median of the user's own runs on this hardware and precision, else default_mfu.
+    mfu: float | None = None
+    default_mfu: float = 0.4
+    # Fraction of each GPU's memory kept free (CUDA context, allocator fragmentation).
+    memory_reserve: float = 0.1
+    fit: str | None = None
+    tracking_uri: str = ""
+    # None: plans/<model.name>-<hardware.name>, each name made one safe path component (parse_plan).
+    out: str | None = None
+
+    def validate(self) -> None:
+        self.budget.validate()
+        self.data.validate()
+        for key in ("gpus", "batch_size"):
+            require_positive(key, getattr(self, key))
+        if self.context is not None:
+            require_positive("context", self.context)
+        for key in ("mfu", "default_mfu"):
+            v = getattr(self, key)
+            if v is not None and not 0.0 < v <= 1.0:
+                raise ConfigError(f"{key}={v} is invalid (valid: 0 < {key} <= 1)")
+        if not 0.0 <= self.memory_reserve < 1.0:
+            raise ConfigError(f"memory_reserve={self.memory_reserve} is invalid (valid: 0 <= memory_reserve < 1)")
+        if self.out is not None and not self.out.strip():
+            raise ConfigError("out is empty (valid: a directory path, e.g. plans/my-run, or null for the default)")
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    model: ModelConfig
+    precision: PrecisionConfig
+    hardware: HardwareConfig
+    plan: PlanConfig
+
+
+PLAN_KEYS = {"model", "precision", "hardware", "budget", "data"} | {
+    f for f in PlanConfig.__dataclass_fields__ if f not in ("budget", "data")
+}
+
+
+def parse_plan(tree: dict) -> PlanInputs:
+    """Typed, validated slices from the composed conf/plan.yaml tree (a plain dict)."""
+    tree = {k: v for k, v in tree.items() if k != "hydra"}
+    for key in tree:
+        if key not in PLAN_KEYS:
+            raise ConfigError(f"unknown key {key} (valid: {', '.join(sorted(PLAN_KEYS))})")
+    model = build(ModelConfig, tree.get("model"), "model")
+    precision = build(PrecisionConfig, tree.get("precision"), "precision")
+    hardware = build(HardwareConfig, tree.get("hardware"), "hardware")
+    hints = typing.get_type_hints(PlanConfig)
+    top = {
+        k: coerce(k, v, hints[k])
+        for k, v in tree.items()
+        if k not in ("model", "precision", "hardware", "budget", "data")
+    }
+    plan = PlanConfig(
+        budget=build(BudgetConfig, tree.get("budget"), "budget"),
+        data=build(PlanDataConfig, tree.get("data"), "data"),
+        **top,
+    )
+    if model.vocab_size is None:
+        raise ConfigError(
+            f"model.vocab_size is null for model={model.name} (valid: a vocabulary size, "
+            "e.g. model.vocab_size=27 for the synthetic language or 50257 for GPT-2's BPE)"
+        )
+    if plan.context is not None:
+        model = replace(model, block_size=plan.context)
+    for part in (model, precision, hardware, plan):
+        part.validate()
+    if plan.out is None:  # names from configs never climb out of plans/ ('../x' is '_x')
+        plan = replace(plan, out=f"plans/{safe_name(model.name)}-{safe_name(hardware.name)}")
+    return PlanInputs(model, precision, hardware, plan)

@@ -1,0 +1,109 @@
+"""What a plan's run will reach: L(N, D) from an exported fit with its calibrated 95% interval and
+verdict, and the compute-optimal (N, D) for the same FLOPs (Hoffmann et al. 2022).
+
+Both follow the fit's verdicts (scaling/verdict.py) through the same Predictor the fit used
+(scaling/fitfile.py): a not_determined loss has no number, only why and the runs that would determine
+it; where the fit's allocation at this C is not_determined -- which includes any allocation outside 1 to
+10,000 tokens per parameter -- the plan falls back to the rule of 20 tokens per parameter, labelled as
+such, and names the runs that would settle it. Nothing printed lies below the data's floor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ablate.scaling.fitfile import FitLaw
+from ablate.scaling.predict import TOKENS_PER_PARAM_RULE, SuggestedRun, predict
+from ablate.scaling.verdict import Verdict
+
+RULE = f"rule of thumb D = {TOKENS_PER_PARAM_RULE:g} N (Hoffmann et al. 2022)"
+
+
+@dataclass(frozen=True)
+class LossPrediction:
+    """value, lo and hi are None when the verdict is not_determined."""
+
+    value: float | None
+    lo: float | None
+    hi: float | None
+    interval: str  # how lo and hi were obtained
+    verdict: Verdict
+    runs_to_determine: tuple[SuggestedRun, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "value": self.value,
+            "lo": self.lo,
+            "hi": self.hi,
+            "interval": self.interval,
+            **self.verdict.to_dict(),
+            "runs_to_determine": [r.to_dict() for r in self.runs_to_determine],
+        }
+
+
+INTERVAL = (
+    "95% interval for one run: the fit's bootstrap, one run's scatter and the law's error calibrated by "
+    "leaving out the largest runs (scaling/calibration.py), never below the data's floor"
+)
+
+
+def predict_loss(fit: FitLaw, N: float, D: float, C: float | None = None) -> LossPrediction:
+    """L(N, D) with its calibrated interval and verdict (N counted as the fit counts it, fit.params)."""
+    p = predict(fit.predictor, N=N, D=D, C=C)
+    if p.loss is None:
+        return LossPrediction(None, None, None, INTERVAL, p.verdict, p.runs_to_determine)
+    return LossPrediction(p.loss.value, *p.loss.ci95, INTERVAL, p.verdict)
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """The compute-optimal (N, D) for the same FLOPs C (C = 6ND): the fit's, or the rule's when the
+    fit's is not determined (`verdict` then says why the fit's was not used)."""
+
+    C: float
+    N_opt: float
+    D_opt: float
+    method: str
+    loss: LossPrediction | None = None
+    verdict: Verdict | None = None  # the fit's allocation at C; None without a fit
+    from_rule: bool = True
+    runs_to_determine: tuple[SuggestedRun, ...] = ()
+
+    @property
+    def tokens_per_param(self) -> float:
+        return self.D_opt / self.N_opt
+
+    def to_dict(self) -> dict:
+        return {
+            "C": self.C,
+            "N_opt": self.N_opt,
+            "D_opt": self.D_opt,
+            "tokens_per_param": self.tokens_per_param,
+            "method": self.method,
+            "from_rule": self.from_rule,
+            "loss": None if self.loss is None else self.loss.to_dict(),
+            "fit_verdict": None if self.verdict is None else self.verdict.to_dict(),
+            "runs_to_determine": [r.to_dict() for r in self.runs_to_determine],
+        }
+
+
+def rule_allocation(C: float) -> tuple[float, float]:
+    n = math.sqrt(C / (6 * TOKENS_PER_PARAM_RULE))
+    return n, C / (6 * n)
+
+
+def compute_optimal(C: float, fit: FitLaw | None) -> Alternative:
+    if fit is None:
+        n, d = rule_allocation(C)
+        return Alternative(C, n, d, f"{RULE}; give fit= for your own scaling law")
+    p = predict(fit.predictor, C=C)
+    law = fit.law()
+    counts = "" if fit.params == "total" else f" (N counts {fit.params.replace('_', '-')} parameters)"
+    if p.verdict.usable:
+        loss = LossPrediction(p.loss.value, *p.loss.ci95, INTERVAL, p.verdict)
+        method = f"approach-3 fit {fit.path}: N_opt = G (C/6)^{law.a:.3f}, G = {law.G:.4g}{counts}"
+        return Alternative(C, p.N.value, p.D.value, method, loss, p.verdict, from_rule=False)
+    n, d = rule_allocation(C)
+    method = f"{RULE}, because the fit's allocation at this C is not_determined: {p.verdict.because(limit=2)}"
+    return Alternative(C, n, d, method, None, p.verdict, True, p.runs_to_determine)

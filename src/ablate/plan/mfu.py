@@ -1,0 +1,85 @@
+"""The model FLOPs utilisation a plan assumes: given, measured on the user's own FINISHED runs on the
+same hardware and precision (the median, read from MLflow), or a stated default."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from ablate.model.accounting import recorded_mfu
+from ablate.plan.config import PlanConfig
+from ablate.tracking.store import check_store
+
+
+@dataclass(frozen=True)
+class MfuChoice:
+    value: float
+    source: str  # "override", "measured" or "default"
+    detail: str
+    run_ids: tuple[str, ...] = ()
+
+
+def choose_mfu(plan: PlanConfig, hardware: str, device: str, precision: str) -> MfuChoice:
+    if plan.mfu is not None:
+        return MfuChoice(plan.mfu, "override", f"mfu={plan.mfu:g}")
+    runs, problem = measured_mfu_runs(plan.tracking_uri, hardware, device, precision)
+    if runs:
+        value = statistics.median(v for _, v in runs)
+        return MfuChoice(
+            value,
+            "measured",
+            f"median of {len(runs)} FINISHED run(s) on hardware={hardware}, "
+            f"precision={precision} in {plan.tracking_uri}",
+            tuple(r for r, _ in runs),
+        )
+    why = problem or f"no FINISHED runs on hardware={hardware}, precision={precision} in {plan.tracking_uri}"
+    return MfuChoice(plan.default_mfu, "default", why)
+
+
+def measured_mfu_runs(uri: str, hardware: str, device: str, precision: str) -> tuple[list[tuple[str, float]], str]:
+    """(run id, MFU) of every FINISHED training run on this hardware and precision, in any experiment.
+
+    A run's MFU is its `final/mfu` metric, else its last `mfu`; a run whose MFU is impossible (above 1,
+    from an older ablate whose CPU peak a busy machine fooled) does not count. Runs launched with hardware=auto
+    count for the device they resolved to (param derived.device) when planning for that device.
+    A missing sqlite store is not created: it just has no runs.
+    """
+    if not uri:
+        return [], "no tracking_uri"
+    check_store(uri, "tracking_uri")  # a URI that is no store is bad input, not "no runs"
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+        return [], f"no MLflow store at {uri}"
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    filters = [f"params.`hardware.name` = '{hardware}'"]
+    if hardware in ("cpu", "cuda", "mps"):
+        filters.append(f"params.`hardware.name` = 'auto' and params.`derived.device` = '{hardware}'")
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        found = {}
+        for f in filters:
+            query = f"{f} and params.`precision.name` = '{precision}' and attributes.status = 'FINISHED'"
+            for run in _all_runs(client, experiments, query):
+                metrics = run.data.metrics
+                value = recorded_mfu(metrics.get("final/mfu", metrics.get("mfu")))
+                if value is not None:
+                    found[run.info.run_id] = value
+    except (MlflowException, OSError) as exc:
+        return [], f"could not read {uri}: {str(exc).splitlines()[0]}"
+    return sorted(found.items()), ""
+
+
+def _all_runs(client, experiments: list[str], query: str):
+    token = None
+    while experiments:
+        page = client.search_runs(experiments, filter_string=query, max_results=1000, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return

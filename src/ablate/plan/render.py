@@ -1,0 +1,290 @@
+"""A plan for people and programs: the terminal table, plan.md and plan.json."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+from ablate.config import PrecisionConfig
+from ablate.files import write_text
+from ablate.perf import decode
+from ablate.plan.loss import LossPrediction
+from ablate.plan.make import Plan, _gb
+
+SCHEMA = "ablate.plan/1"
+GB = 1e9
+
+
+def plan_dict(p: Plan) -> dict:
+    """The content of plan.json (bytes, FLOPs, hours, dollars; loss in nats per token)."""
+    mem = p.memory
+    binding = p.binding
+    return {
+        "schema": SCHEMA,
+        "model": p.model.name,
+        "precision": p.precision.name,
+        "hardware": p.hardware.name,
+        "inputs": {
+            "model": asdict(p.model),
+            "budget": asdict(p.plan.budget),
+            "data": asdict(p.plan.data),
+            "gpus": p.plan.gpus,
+            "batch_size": p.plan.batch_size,
+            "context": p.model.block_size,
+            "activation_checkpointing": p.plan.activation_checkpointing,
+            "fit": p.plan.fit,
+        },
+        "params": p.params,
+        "params_non_embedding": p.params_non_embedding,
+        "tokens": p.tokens,
+        "tokens_from": p.tokens_from,
+        "tokens_per_param": p.tokens / p.params,
+        "flops_6nd": p.flops_6nd,
+        "flops": p.flops,
+        "flops_per_token": p.flops_per_token,
+        "flops_formula": "flops = tokens x (6 N_matmul + 12 L T d); flops_6nd = 6 x params x tokens",
+        "memory": {
+            **mem.at_gpus.parts(),
+            "gpus": mem.at_gpus.gpus,
+            "sharded": mem.at_gpus.sharded,
+            "activations_saved": mem.at_gpus.activations_saved,
+            "usable_per_gpu": mem.usable,
+            "capacity_per_gpu": mem.capacity,
+            "bytes_per_param": mem.bytes_per_param,
+            "total_formula": "weights + gradients + optimizer_states + master_weights + buffers + "
+            "max(activations + fsdp_buffers, optimizer_step)",
+        },
+        "memory_at_gpus_needed": None
+        if mem.needed is None
+        else {**mem.needed.parts(), "gpus": mem.needed.gpus, "sharded": mem.needed.sharded},
+        "fits": p.fits,
+        "gpus_needed": p.gpus_needed,
+        "gpus_needed_with": _needed_with(p),
+        "gpus": p.gpus_used,
+        "nodes": math.ceil(p.gpus_used / p.hardware.gpus_per_node),
+        "peak_flops_per_gpu": p.hardware.peak_flops,
+        "peak_dtype": p.hardware.peak_key,
+        "mfu": p.mfu.value,
+        "mfu_source": p.mfu.source,
+        "mfu_detail": p.mfu.detail,
+        "mfu_runs": list(p.mfu.run_ids),
+        "hours": p.hours,
+        "gpu_hours": p.gpu_hours,
+        "price_per_hour": p.hardware.price_per_hour,
+        "cost": p.cost,
+        "predicted_loss": None if p.prediction is None else p.prediction.to_dict(),
+        "compute_optimal": p.alternative.to_dict(),
+        "binding": binding.corner,
+        "binding_what": binding.what,
+        "binding_ratio": binding.ratio,
+        "binds": binding.ratio > 1,
+        "binding_detail": binding.text,
+        "constraints": [{**asdict(c), "ratio": c.ratio} for c in p.constraints],
+        "decode": _decode_entry(p),
+        "notes": list(p.notes),
+    }
+
+
+def _needed_with(p: Plan) -> dict | None:
+    """The settings gpus_needed assumes: the configured ones, or the fallback's."""
+    mem = p.memory
+    if mem.gpus_needed_as_configured is not None:
+        return {
+            "batch_size": p.plan.batch_size,
+            "activation_checkpointing": p.plan.activation_checkpointing,
+            "changed": False,
+        }
+    if mem.fallback is not None:
+        return {"batch_size": mem.fallback.batch_size, "activation_checkpointing": True, "changed": True}
+    return None
+
+
+def _count(x: float) -> str:
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def _loss(pred: LossPrediction | None) -> str:
+    """The loss with its interval and verdict; not_determined: the word, why, and what would settle it."""
+    if pred is None:
+        return "n/a"
+    v = pred.verdict
+    if pred.value is None:
+        text = f"not_determined: {v.because(limit=3)}"
+        return text + (
+            f"; runs that would determine it: {_runs(pred.runs_to_determine)}" if pred.runs_to_determine else ""
+        )
+    ci = "" if pred.lo is None else f" (95%: {pred.lo:.3f} to {pred.hi:.3f})"
+    verdict = v.level + (f": {v.because(limit=2)}" if v.reasons else "")
+    return f"{pred.value:.3f} nats/token{ci}, {verdict}"
+
+
+def _runs(runs) -> str:
+    sizes = "; ".join(f"N={_count(r.N)}, D={_count(r.D)}" for r in runs)
+    when = "" if runs[0].seconds is None else f", {_seconds(runs[0].seconds)} each on one GPU"
+    return f"{sizes} ({runs[0].C:.3g} FLOPs{when})"
+
+
+def _alternative(p: Plan) -> str:
+    a = p.alternative
+    text = f"N_opt {_count(a.N_opt)}, D_opt {_count(a.D_opt)} ({a.tokens_per_param:.1f} tokens/param) for C={a.C:.3g}"
+    if not a.from_rule:
+        return text + (f", loss {_loss(a.loss)}" if a.loss else "")
+    text += f": {a.method}"
+    return text + (f"; runs that would settle it: {_runs(a.runs_to_determine)}" if a.runs_to_determine else "")
+
+
+def _seconds(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else _duration(seconds / 3600)
+
+
+def _duration(hours: float) -> str:
+    return f"{hours:,.1f} h" + (f" ({hours / 24:,.1f} days)" if hours >= 48 else "")
+
+
+def summary_rows(p: Plan) -> list[tuple[str, str]]:
+    """(label, value) rows shared by the terminal table and plan.md."""
+    m, mem = p.memory.at_gpus, p.memory
+    dtype = p.precision.param_dtype
+    per = "per GPU" + (f", sharded over {m.gpus}" if m.sharded else "")
+    act = (
+        f"micro-batch {p.plan.batch_size} x {p.model.block_size} tokens, "
+        f"{'with' if p.plan.activation_checkpointing else 'no'} activation checkpointing"
+    )
+    rows = [
+        (
+            "model",
+            f"{p.model.name}: {_count(p.params)} params ({p.model.n_layer} layers, d={p.model.n_embd}, "
+            f"context {p.model.block_size}, vocab {p.model.vocab_size})",
+        ),
+        ("tokens", f"{_count(p.tokens)} ({p.tokens_from}; {p.tokens / p.params:.1f} per param)"),
+        ("training FLOPs", f"{p.flops_6nd:.3g} by 6ND; {p.flops:.3g} with attention (6N+12LTd per token)"),
+        (f"weights ({per})", f"{_gb(m.weights)}  [{dtype}]"),
+        ("gradients", _gb(m.gradients)),
+        ("optimizer states", f"{_gb(m.optimizer_states)}  [fp32 Adam m, v]"),
+        ("master weights", _gb(m.master_weights) if m.master_weights else f"0  [{_no_master(p.precision)}]"),
+        ("buffers", f"{_gb(m.buffers)}  [causal masks, L x T^2 bytes]"),
+        ("activations", f"{_gb(m.activations)}  [{act}]"),
+    ]
+    if m.sharded:
+        rows.append(("FSDP buffers", f"{_gb(m.fsdp_buffers)}  [two gathered blocks + one block's gradients]"))
+    rows += [
+        ("optimizer step", f"{_gb(m.optimizer_step)}  [temporaries; not at the same time as activations]"),
+        (
+            "total (peak)",
+            f"{_gb(m.total)} of {_gb(mem.usable)} usable ({mem.bytes_per_param:.4g} bytes/param "
+            f"before activations): {'fits' if mem.fits else 'DOES NOT FIT'} on {m.gpus} {p.hardware.name}",
+        ),
+        ("GPUs needed", _gpus_needed(p)),
+        (
+            "time",
+            f"{_duration(p.hours)} on {p.gpus_used} {p.hardware.name} at MFU {p.mfu.value:.2f} "
+            f"({p.mfu.source}: {p.mfu.detail}); peak {p.hardware.peak_flops:.3g} FLOP/s ({p.hardware.peak_key})",
+        ),
+        (
+            "cost",
+            "n/a (no price: set hardware.price_per_hour=)"
+            if p.cost is None
+            else f"${p.cost:,.0f} ({p.gpu_hours:,.0f} GPU-hours at ${p.hardware.price_per_hour:g}/h)",
+        ),
+        ("predicted loss", _loss(p.prediction)),
+        ("compute-optimal", _alternative(p)),
+        ("binding", _binding(p)),
+        _decode_row(p),
+    ]
+    return rows
+
+
+def _decode_entry(p: Plan):
+    return decode.plan_entry(p.decode)
+
+
+def _decode_row(p: Plan) -> tuple[str, str]:
+    return decode.plan_row(p.decode)
+
+
+def _no_master(precision: PrecisionConfig) -> str:
+    if precision.param_dtype == "bf16":
+        return "none kept: bf16 weights updated with stochastic rounding"
+    if precision.autocast or precision.fp8:
+        return "no separate copy: the fp32 weights are the master weights the low-precision math casts from"
+    return "none needed: fp32 throughout"
+
+
+def _gpus_needed(p: Plan) -> str:
+    mem = p.memory
+    n = mem.gpus_needed
+    if n is None:
+        return "none: activations alone exceed one GPU, even with checkpointing and one sequence per GPU"
+    text = str(n)
+    if n > 1:
+        text += (
+            f" (states sharded FSDP/ZeRO-3 style: {_gb(mem.needed.total)} per GPU; "
+            f"{math.ceil(n / p.hardware.gpus_per_node)} node(s) of {p.hardware.gpus_per_node})"
+        )
+    if mem.gpus_needed_as_configured is None:
+        text += (
+            f", with batch_size={mem.fallback.batch_size} and activation_checkpointing=true "
+            "(no GPU count fits the configured settings)"
+        )
+    return text
+
+
+def _binding(p: Plan) -> str:
+    """Which limit stops the plan and by how much; when none does, the closest one and its headroom."""
+    b = p.binding
+    if b.ratio > 1:
+        return f"{b.what} binds ({b.corner}): the plan needs {b.ratio:.3g}x what it has: {b.text}"
+    return f"nothing binds; closest is {b.what} ({b.corner}) at {b.ratio:.0%} of its limit: {b.text}"
+
+
+def render_table(p: Plan) -> str:
+    rows = summary_rows(p)
+    width = max(len(label) for label, _ in rows)
+    title = f"Plan: {p.model.name} on {p.hardware.name}, precision={p.precision.name}"
+    lines = [title, "=" * len(title)]
+    lines += [f"{label:<{width}}  {value}" for label, value in rows]
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+def render_markdown(p: Plan) -> str:
+    lines = [f"# Plan: {p.model.name} on {p.hardware.name} ({p.precision.name})", "", "| | |", "|---|---|"]
+    lines += [f"| {label} | {value.replace('|', '/')} |" for label, value in summary_rows(p)]
+    lines += ["", "## Constraints", "", "| corner | what | need / have | detail |", "|---|---|---|---|"]
+    lines += [f"| {c.corner} | {c.what} | {c.ratio:.3g} | {c.text} |" for c in p.constraints]
+    lines += [
+        "",
+        "## How these numbers are computed",
+        "",
+        "- FLOPs: 6ND (Hoffmann et al. 2022) and tokens x (6 N_matmul + 12 L T d) with attention; "
+        "time uses the latter, like the MFU of recorded runs.",
+        "- Memory: weights, gradients and fp32 Adam states exactly as this project's optimizer keeps them; "
+        "activations from the tensors this model saves for backward, plus the logits and cross-entropy's "
+        "gradient buffers at the start of backward (src/ablate/perf/memory.py; checked against saved-tensor "
+        "hooks and torch's MemTracker). Every gradient is counted as live during backward, as with "
+        "gradient accumulation.",
+        "- Sharded plans assume FSDP full sharding / ZeRO-3 with one block per unit.",
+        f"- Compute-optimal: {p.alternative.method}.",
+    ]
+    if p.prediction is not None:
+        lines.append(f"- Loss interval: {p.prediction.interval}.")
+    if p.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in p.notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_plan(p: Plan, out: str | Path, resolved_config: str = "") -> list[Path]:
+    """plan.md, config.yaml (the resolved config) and plan.json, each written atomically."""
+    out = Path(out)
+    files = [(out / "plan.md", render_markdown(p))]
+    if resolved_config:
+        files.append((out / "config.yaml", resolved_config))
+    files.append((out / "plan.json", json.dumps(plan_dict(p), indent=2) + "\n"))
+    return [write_text(path, text) for path, text in files]

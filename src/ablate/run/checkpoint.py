@@ -1,0 +1,161 @@
+"""Atomic checkpoints: a reader sees the previous complete file or the new complete file, never a torn one.
+
+Beside checkpoint.pt, checkpoint.json holds what deciding about a run needs (its step, its MLflow
+run, its config hash) so that a sweep can plan without loading tensors or importing torch. It is
+written after the .pt file, so whenever it names a step, that step's tensors are on disk.
+
+The checkpoint before the latest stays as checkpoint.prev.pt (a hard link made before the new file
+replaces the old name, so it costs no copy): when the latest turns out unreadable (truncated by
+hand, a disk that lied, a file from another config) the run goes on from the one before.
+A checkpoint that does not load or does not match its run is never deleted: `load_good` moves it to
+STATE/<hash>/quarantine/ and names it in one line.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ablate.files import read_json, write_bytes, write_json
+
+CHECKPOINT = "checkpoint.pt"
+PREVIOUS = "checkpoint.prev.pt"
+META = "checkpoint.json"
+QUARANTINE = "quarantine"
+# What the trainer needs from a checkpoint to resume (trainer.Trainer._checkpoint writes them all).
+REQUIRED = ("model", "optimizer", "rng", "step", "train_time", "pending")
+
+
+@dataclass(frozen=True)
+class Fork:
+    """Another run's checkpoint that a run starts from instead of step 0: a cooldown branch's trunk
+    at the step its cooldown begins (run/branches.py)."""
+
+    step: int
+    directory: Path
+
+
+@dataclass(frozen=True)
+class CheckpointMeta:
+    step: int
+    mlflow_run_id: str  # "" when the run was not tracked
+    config_hash: str
+
+
+def save(state: dict, directory: Path) -> Path:
+    """torch.save to memory, then one durable atomic write (files.write_bytes: fsync, rename)."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    current, previous = directory / CHECKPOINT, directory / PREVIOUS
+    if current.is_file():  # keep the complete one we have until the new one is complete too
+        previous.unlink(missing_ok=True)
+        try:
+            os.link(current, previous)
+        except OSError:  # a filesystem without hard links: one checkpoint, as before
+            pass
+    path = write_bytes(current, buffer.getvalue(), durable=True, fault="checkpoint.write")
+    write_json(directory / META, _meta_doc(state))
+    return path
+
+
+def load(directory: Path) -> dict | None:
+    """The latest checkpoint as it is, or None (no checks: `load_good` is what a resume uses)."""
+    path = directory / CHECKPOINT
+    return read(path) if path.is_file() else None
+
+
+def read(path: Path) -> dict:
+    """One checkpoint file. weights_only=True: nothing in it is unpickled as code."""
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def load_good(directory: Path, config_hash: str, check: Callable[[dict], str | None] | None = None) -> dict | None:
+    """The newest checkpoint in `directory` that loads and belongs to this run (its config hash, the
+    keys a resume needs, and whatever `check(state)` says: None when it fits, else why not); None
+    when there is none. Each one that does not is quarantined with one line on stderr."""
+    for name in (CHECKPOINT, PREVIOUS):
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            state = read(path)
+            problem = _mismatch(state, config_hash) or (check(state) if check else None)
+        except Exception as exc:  # torn zip, not a torch file, refused by weights_only, ...
+            problem = f"does not load ({type(exc).__name__}: {_first_sentence(str(exc))})"
+        if problem is None:
+            if name == PREVIOUS:  # it becomes the latest, so that DDP helper ranks load the same one
+                os.replace(path, directory / CHECKPOINT)
+                write_json(directory / META, _meta_doc(state))
+            return state
+        moved = quarantine(path)
+        if name == CHECKPOINT:
+            (directory / META).unlink(missing_ok=True)
+        print(f"ablate: checkpoint {path} {problem}; moved aside to {moved}", file=sys.stderr)
+    return None
+
+
+def _meta_doc(state: dict) -> dict:
+    return {
+        "step": int(state["step"]),
+        "mlflow_run_id": state.get("mlflow_run_id") or "",
+        "config_hash": state.get("config_hash", ""),
+    }
+
+
+def _first_sentence(text: str) -> str:
+    """torch's messages run to paragraphs with terminal colours: their first sentence, plain."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text).strip().splitlines()[0] if text.strip() else "no message"
+    return text.split(". ")[0][:120]
+
+
+def _mismatch(state, config_hash: str) -> str | None:
+    if not isinstance(state, dict):
+        return f"holds a {type(state).__name__}, not a checkpoint"
+    missing = [k for k in REQUIRED if k not in state]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    found = state.get("config_hash")
+    if found and found != config_hash:
+        return f"belongs to config {found}, not {config_hash}"
+    return None
+
+
+def quarantine(path: Path) -> Path:
+    """Move `path` into quarantine/ beside it, under a name that keeps every earlier one."""
+    folder = path.parent / QUARANTINE
+    folder.mkdir(exist_ok=True)
+    target = folder / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}.{os.getpid()}"
+    os.replace(path, target)
+    return target
+
+
+def meta(directory: Path) -> CheckpointMeta | None:
+    """What the latest checkpoint in `directory` is, without loading tensors when its sidecar is
+    there; None when there is none. One that cannot be read counts as a checkpoint at step 0, so
+    that the launch that resumes from it finds out, says so and moves it aside."""
+    if not (directory / CHECKPOINT).is_file():
+        return _meta_of(directory / PREVIOUS)
+    doc = read_json(directory / META)
+    if not isinstance(doc, dict):  # a checkpoint written before the sidecar existed, or a lost sidecar
+        return _meta_of(directory / CHECKPOINT) or _meta_of(directory / PREVIOUS)
+    return CheckpointMeta(int(doc.get("step") or 0), doc.get("mlflow_run_id") or "", doc.get("config_hash") or "")
+
+
+def _meta_of(path: Path) -> CheckpointMeta | None:
+    if not path.is_file():
+        return None
+    try:
+        state = read(path)
+        return CheckpointMeta(int(state["step"]), state.get("mlflow_run_id") or "", state.get("config_hash") or "")
+    except Exception:  # there, but unreadable: the run that resumes from it quarantines it (load_good)
+        return CheckpointMeta(0, "", "")

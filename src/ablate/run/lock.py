@@ -1,0 +1,272 @@
+"""One launch per config hash at a time, on one machine and across the nodes that share a state dir.
+
+A launch holds STATE_DIR/<hash>/run.lock from before it decides whether to train, resume or skip
+until its MLflow run is closed, so a second launch of the same config never finds a RUNNING run that
+is still training and "resumes" it: it stops with one line naming the owner (`Busy`).
+
+The lock is flock(2) on that file: the kernel drops it when its holder dies, however it dies
+(kill -9, the OOM killer), so a killed owner leaves nothing stale. On NFS, Linux implements flock as
+a POSIX lock on the whole file, which the server keeps under the client's lease (NFSv4, RFC 7530
+section 9.6; lockd for v3): a node that dies loses it when its lease expires (90 s by default).
+
+Where the filesystem has no working locks (flock fails, or an NFS mount with `nolock` makes them
+local to each node: set ABLATE_RUN_LOCK=lease there) the lock is a lease instead: the file
+STATE_DIR/<hash>/run.lease, created with O_EXCL, holding its owner, and touched by a heartbeat
+thread every HEARTBEAT_S. A lease whose heartbeat is older than STALE_S, or whose owner on this
+host is gone, is taken over.
+
+Either way the file names its owner (host, pid, since when, and the MLflow run once there is one).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ablate.host import process_alive
+
+LOCK_FILE = "run.lock"
+LEASE_FILE = "run.lease"
+MODE_ENV = "ABLATE_RUN_LOCK"  # "flock" (default) or "lease"
+HEARTBEAT_S = 10.0
+STALE_S = 60.0
+# A watchdog holds a dead launch's lock only while it marks the run KILLED: a relaunch waits for it.
+WATCHDOG_WAIT_S = 30.0
+# flock errors that mean "this filesystem has no locks", as opposed to "someone holds it".
+NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
+
+
+@dataclass(frozen=True)
+class Owner:
+    host: str
+    pid: int
+    since: float
+    mlflow_run_id: str = ""
+    role: str = "train"  # or "watchdog": closing the run of a launch that died (run/watchdog.py)
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
+        run = f", MLflow run {self.mlflow_run_id}" if self.mlflow_run_id else ""
+        return f"pid {self.pid} on {self.host} since {when}{run}"
+
+    @classmethod
+    def me(cls) -> Owner:
+        return cls(socket.gethostname(), os.getpid(), time.time())
+
+    @classmethod
+    def read(cls, path: Path) -> Owner | None:
+        try:
+            doc = json.loads(path.read_text())
+            return cls(
+                str(doc["host"]),
+                int(doc["pid"]),
+                float(doc["since"]),
+                str(doc.get("mlflow_run_id", "")),
+                str(doc.get("role", "train")),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+class Busy(Exception):
+    """Another launch holds the run: one line naming the run and its owner."""
+
+    def __init__(self, directory: Path, owner: Owner | None):
+        self.directory, self.owner = directory, owner
+        who = owner.describe() if owner else "another process (its owner file is unreadable)"
+        super().__init__(f"run {directory.name} is already being trained by {who}; this launch leaves it alone")
+
+
+# Locks this process holds, by directory: a second acquire in the same process must not open and
+# close the file again (closing any descriptor of a file drops the POSIX locks NFS emulates flock with).
+_HELD: dict[str, RunLock] = {}
+
+
+class RunLock:
+    """Held from `acquire` to `release`; `acquire` raises Busy when another launch holds it."""
+
+    def __init__(self, directory: Path, mode: str | None = None):
+        self.directory = Path(directory)
+        self.mode = mode or os.environ.get(MODE_ENV, "flock")
+        self.owner = Owner.me()
+        self._fd: int | None = None
+        self._beat: threading.Event | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.directory / (LEASE_FILE if self.mode == "lease" else LOCK_FILE)
+
+    def acquire(self) -> RunLock:
+        key = str(self.directory.resolve())
+        if key in _HELD:
+            raise Busy(self.directory, _HELD[key].owner)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + WATCHDOG_WAIT_S
+        while True:
+            try:
+                self._take()
+                break
+            except Busy as exc:
+                if exc.owner is None or exc.owner.role != "watchdog" or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        _HELD[key] = self
+        return self
+
+    def _take(self) -> None:
+        if self.mode != "lease" and not self._flock():
+            self.mode = "lease"  # this filesystem has no locks
+        if self.mode == "lease":
+            self._lease()
+
+    def _flock(self) -> bool:
+        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in NO_LOCKS:
+                return False
+            raise Busy(self.directory, Owner.read(self.directory / LOCK_FILE)) from None
+        self._fd = fd
+        self._write_owner()
+        return True
+
+    def _lease(self) -> None:
+        path = self.directory / LEASE_FILE
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                os.close(fd)
+                self._write_owner()
+                self._start_heartbeat()
+                return
+            except FileExistsError:
+                holder = Owner.read(path)
+                if not _stale(path, holder):
+                    raise Busy(self.directory, holder) from None
+                # Move the stale lease aside: of several launches racing here, one rename succeeds.
+                try:
+                    os.rename(path, path.with_name(f"{LEASE_FILE}.stale.{os.getpid()}"))
+                    path.with_name(f"{LEASE_FILE}.stale.{os.getpid()}").unlink()
+                except FileNotFoundError:
+                    pass
+        raise Busy(self.directory, Owner.read(path))
+
+    def _start_heartbeat(self) -> None:
+        stop = threading.Event()
+        path = self.directory / LEASE_FILE
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                try:
+                    os.utime(path)
+                except OSError:
+                    return
+
+        threading.Thread(target=beat, name="ablate-lease", daemon=True).start()
+        self._beat = stop
+
+    def set_run(self, mlflow_run_id: str | None) -> None:
+        """Name the MLflow run in the owner file, for the line a second launch prints."""
+        if mlflow_run_id and mlflow_run_id != self.owner.mlflow_run_id:
+            self.owner = Owner(self.owner.host, self.owner.pid, self.owner.since, mlflow_run_id)
+            self._write_owner()
+
+    def _write_owner(self) -> None:
+        # In place, not by rename: the lock belongs to this inode (and a lease to its name).
+        data = json.dumps(self.owner.__dict__).encode()
+        fd = self._fd if self._fd is not None else os.open(self.path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+        finally:
+            if fd != self._fd:
+                os.close(fd)
+
+    def release(self) -> None:
+        _HELD.pop(str(self.directory.resolve()), None)
+        if self._beat is not None:
+            self._beat.set()
+            self._beat = None
+            if Owner.read(self.path) == self.owner:
+                self.path.unlink(missing_ok=True)
+        if self._fd is not None:
+            os.close(self._fd)  # the kernel drops the flock; the file stays for the next launch
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _stale(path: Path, holder: Owner | None) -> bool:
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return True
+    if age > STALE_S:
+        return True
+    if holder is not None and holder.host == socket.gethostname():
+        return not process_alive(holder.pid, started_before=holder.since)
+    return False
+
+
+def holder(directory: Path) -> Owner | None:
+    """The launch holding `directory`'s lock now, or None (a probe: takes and drops it at once)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    key = str(directory.resolve())
+    if key in _HELD:
+        return _HELD[key].owner
+    lease = directory / LEASE_FILE
+    if lease.exists():
+        owner = Owner.read(lease)
+        if not _stale(lease, owner):
+            return owner or Owner("?", 0, 0.0)
+    if not (directory / LOCK_FILE).exists():
+        return None  # nobody has ever locked it here
+    probe = RunLock(directory, "flock")
+    try:
+        if not probe._flock():
+            return None  # no locks on this filesystem: only a lease could hold it
+    except Busy as exc:
+        return exc.owner or Owner("?", 0, 0.0)
+    probe.release()
+    return None
+
+
+def owner_tag(owner: Owner) -> str:
+    """The MLflow tag (tags.OWNER_TAG) naming the process that writes a run."""
+    return f"{owner.host} {owner.pid} {owner.since:.3f}"
+
+
+def busy_with(existing=None, directory: Path | None = None) -> str | None:
+    """Who is training a run now, in words, or None: the holder of `directory`'s lock (when given),
+    else the live process on this host that owns `existing`, a RUNNING MLflow run (a launch with
+    another state dir writing to the same store). A RUNNING run owned elsewhere or by a process
+    that is gone is not busy: it was interrupted, and is resumed."""
+    if directory is not None:
+        held = holder(directory)
+        if held is not None:
+            return held.describe()
+    if existing is None or existing.status != "RUNNING" or not existing.owner:
+        return None
+    try:
+        host, pid, since = existing.owner.split()
+        owner = Owner(host, int(pid), float(since), existing.run_id)
+    except ValueError:
+        return None
+    if owner.host != socket.gethostname() or owner.pid == os.getpid():
+        return None
+    return owner.describe() if process_alive(owner.pid, started_before=owner.since) else None

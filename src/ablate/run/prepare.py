@@ -1,0 +1,121 @@
+"""Everything decided about a run before its first step: the device, the data, the model's final
+config, the step budget and the config hash, and whether this machine can hold it. Cheap enough to
+do for every job of a sweep (whose jobs share one `caches` dict: each distinct hardware and data
+config is resolved and loaded once), and done by the command line before Hydra creates anything
+(cli/common.precheck), which leaves its result for the run in `reuse`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+from ablate.config import ConfigError, RunConfig, UnsupportedError, as_dict
+from ablate.data.sources import TokenData, check_fits, load_data
+from ablate.files import check_writable_dir
+from ablate.model import accounting
+from ablate.perf import profiling
+from ablate.perf.hardware import Hardware, available_memory, resolve, unsupported_reason
+from ablate.perf.memory import gpu_memory
+from ablate.provenance import config_hash
+from ablate.run import distributed
+from ablate.tracking.store import check_store
+
+
+@dataclasses.dataclass
+class Prepared:
+    """Everything decided before the first step; cheap enough to build for every run of a sweep."""
+
+    cfg: RunConfig
+    hardware: Hardware
+    data: TokenData
+    total_steps: int
+    config_hash: str
+
+
+# The last run prepared in this process and the config it was prepared from: the command line
+# prepares a run before Hydra starts, and the run itself then finds it here instead of loading
+# its data twice.
+_LAST: list = []
+
+
+def prepare(cfg: RunConfig, caches: dict | None = None) -> Prepared:
+    """Validate against this machine, its filesystem and the data; raises ConfigError with one line."""
+    if _LAST and _LAST[0] == cfg:
+        return _LAST[1]
+    caches = caches if caches is not None else {}
+    hw = _cached(caches, "hardware", cfg.hardware, lambda: resolve(cfg.hardware))
+    reason = unsupported_reason(hw, cfg.precision)
+    if reason:
+        raise UnsupportedError(reason)
+    check_writable_dir(cfg.state_dir, "state_dir")
+    if cfg.tracking.backend == "mlflow":
+        _cached(caches, "store", cfg.tracking.uri, lambda: check_store(cfg.tracking.uri))
+    data = _cached(caches, "data", cfg.data, lambda: load_data(cfg.data))
+    model_cfg = cfg.model
+    if model_cfg.vocab_size is None:
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=data.vocab_size)
+    elif model_cfg.vocab_size < data.vocab_size:
+        raise ConfigError(
+            f"model.vocab_size={model_cfg.vocab_size} is smaller than the data's vocabulary "
+            f"({data.vocab_size}) (valid: >= {data.vocab_size}, or null to take it from the data)"
+        )
+    check_fits(data, model_cfg.block_size)
+    distributed.check(cfg, hw.device)  # batch must split across DDP ranks
+    cfg = dataclasses.replace(cfg, model=model_cfg)
+    check_memory(cfg, hw)
+    steps = total_steps(cfg)
+    profiling.check_window(cfg.train, steps)  # the captured steps fit in the run
+    return Prepared(cfg, hw, data, steps, config_hash(cfg, hw))
+
+
+def remember(cfg: RunConfig, prepared: Prepared) -> None:
+    """Keep `prepared` for the next prepare(cfg) in this process (see _LAST)."""
+    _LAST[:] = [cfg, prepared]
+
+
+def _cached(caches: dict, kind: str, key, make):
+    text = json.dumps(as_dict(key) if dataclasses.is_dataclass(key) else key, sort_keys=True, default=str)
+    found = caches.setdefault(kind, {})
+    if text not in found:
+        found[text] = make()
+    return found[text]
+
+
+def total_steps(cfg: RunConfig) -> int:
+    """The step budget; a token or FLOP budget smaller than one step is refused, not rounded up."""
+    tokens_per_step = cfg.train.batch_size * cfg.model.block_size
+    if cfg.train.steps is not None:
+        return cfg.train.steps
+    if cfg.train.tokens is not None:
+        if cfg.train.tokens < tokens_per_step:
+            raise ConfigError(
+                f"train.tokens={cfg.train.tokens} is less than one step "
+                f"({cfg.train.batch_size} x {cfg.model.block_size} = {tokens_per_step} tokens) "
+                f"(valid: >= {tokens_per_step}, or a smaller train.batch_size or model.block_size)"
+            )
+        return math.ceil(cfg.train.tokens / tokens_per_step)
+    step_flops = accounting.flops_per_token(cfg.model) * tokens_per_step
+    if cfg.train.flops < step_flops:
+        raise ConfigError(
+            f"train.flops={cfg.train.flops:.3g} is less than one step of model={cfg.model.name} "
+            f"({step_flops:.3g} FLOPs) (valid: >= {step_flops:.3g}, or a smaller model or train.batch_size)"
+        )
+    return math.ceil(cfg.train.flops / step_flops)
+
+
+def check_memory(cfg: RunConfig, hw: Hardware) -> None:
+    """One training step's peak memory (perf/memory.py: weights, gradients, AdamW's moments and the
+    activations of train.batch_size sequences, per rank) against what the device has free now."""
+    free = available_memory(hw)
+    if free is None:
+        return
+    ranks = distributed.world_size(cfg, hw.device)
+    need = gpu_memory(cfg.model, cfg.precision, max(1, cfg.train.batch_size // ranks), device=hw.device).total * ranks
+    if need > free:
+        raise ConfigError(
+            f"model={cfg.model.name} with train.batch_size={cfg.train.batch_size} needs about {need / 1e9:.3g} GB "
+            f"for one training step, and this {hw.device} has {free / 1e9:.3g} GB free "
+            "(valid: a smaller model or train.batch_size, or a device with more memory)"
+        )

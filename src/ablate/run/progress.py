@@ -1,0 +1,235 @@
+"""Progress on stderr: a bar per run (step, loss, tokens/s) and a line per sweep (runs done/total, ETA).
+
+Bars are drawn on a terminal only (tqdm's disable=None), so logs and parallel jobs' log files
+stay free of carriage returns. Inside a sweep, each run also reports to PROGRESS_FILE in its job
+directory (set by the sweep's callback in the job's process), and the sweep's line in the
+launching process reads those files: the same line works for in-process, parallel and SLURM jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ablate.files import write_json
+
+_STATUS_FILE: Path | None = None
+STATUS_EVERY_S = 1.0
+_LIVE: set[SweepProgress] = set()  # the sweep lines drawing in this process
+
+
+def report_to(path: Path | None) -> None:
+    """Where this process's runs report their progress (a job directory), or None."""
+    global _STATUS_FILE
+    _STATUS_FILE = path
+
+
+class RunProgress:
+    def __init__(self, total: int, start: int, enabled: bool, label: str):
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(
+                total=total,
+                initial=start,
+                desc=label,
+                unit="step",
+                file=sys.stderr,
+                dynamic_ncols=True,
+                leave=False,
+                mininterval=0.5,
+                disable=None,
+            )
+        self.total, self.start, self.last, self.label = total, start, start, label
+        self.status_file = _STATUS_FILE
+        self.status_at = 0.0
+
+    def update(self, step: int, loss: float, tokens_per_s: float) -> None:
+        if self.bar is not None:
+            self.bar.update(step - self.last)
+            self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
+        self.last = step
+        if self.status_file is not None and time.monotonic() - self.status_at >= STATUS_EVERY_S:
+            self.status_at = time.monotonic()
+            _write_status(
+                self.status_file,
+                {
+                    "label": self.label,
+                    "step": step,
+                    "start": self.start,
+                    "total": self.total,
+                    "loss": loss,
+                    "tokens_per_s": tokens_per_s,
+                },
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self.status_file is not None:  # result.json says how it ended
+            self.status_file.unlink(missing_ok=True)
+            self.status_file = None
+
+
+def quiet() -> None:
+    """Stop every sweep line of this process (an interrupted launcher says how it ended in one line)."""
+    for line in list(_LIVE):
+        line.stop(final=False)
+
+
+def _write_status(path: Path, status: dict) -> None:
+    try:
+        write_json(path, {**status, "time": time.time()})
+    except OSError:  # progress is best effort: a full disk must not stop a run
+        pass
+
+
+# -- a sweep ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class WatchedJob:
+    num: int
+    job_dir: Path
+    cost: float  # estimated work: the whole run's training FLOPs; 0 for a job that will be skipped
+    label: str
+    done: bool = False
+    fraction: float = 0.0  # of the whole run, done so far
+    resumed_at: float = 0.0  # fraction done before this launch (a run resumed from a checkpoint)
+
+
+class SweepProgress:
+    """Runs done/total and an ETA, polled from the job directories by a background thread.
+
+    ETA = elapsed x (work left / work done), work in estimated training FLOPs, so that a ladder of
+    unequal runs does not fool it; a resumed run counts only the steps it has left.
+    """
+
+    def __init__(self, name: str, jobs: list[WatchedJob], enabled: bool, poll_s: float = 1.0):
+        self.name, self.jobs, self.enabled, self.poll_s = name, jobs, enabled, poll_s
+        self.started = time.time()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.bar = None
+
+    def start(self) -> SweepProgress:
+        if self.enabled and self.jobs:
+            from tqdm import tqdm
+
+            if sys.stderr.isatty():
+                self.bar = tqdm(
+                    total=len(self.jobs),
+                    desc=f"sweep {self.name}",
+                    unit="run",
+                    file=sys.stderr,
+                    dynamic_ncols=True,
+                    bar_format="{desc}: {n_fmt}/{total_fmt} runs |{bar:16}| {elapsed} elapsed{postfix}",
+                )
+            self._thread = threading.Thread(target=self._loop, name="sweep-progress", daemon=True)
+            self._thread.start()
+            _LIVE.add(self)
+        return self
+
+    def stop(self, final: bool = True) -> None:
+        """Stop the line; `final`: report the jobs that ended since the last poll first (the last
+        jobs of a sweep end moments before it does)."""
+        _LIVE.discard(self)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+            if final:
+                try:
+                    self.poll()
+                except Exception:  # a display problem must not end the sweep
+                    pass
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.poll()
+            except Exception as exc:  # a display problem must not end the sweep
+                self._say(f"sweep progress stopped: {type(exc).__name__}: {exc}")
+                return
+
+    def poll(self) -> None:
+        running = []
+        for job in self.jobs:
+            if job.done:
+                continue
+            result = _fresh_json(job.job_dir / "result.json", self.started)
+            if result is not None:
+                job.done, job.fraction = True, 1.0
+                self._say(self._finished_line(job, result))
+                continue
+            status = _fresh_json(job.job_dir / "progress.json", self.started)
+            if status is not None:
+                total = status.get("total") or 1
+                job.resumed_at = min(1.0, (status.get("start") or 0) / total)
+                job.fraction = min(1.0, max(job.resumed_at, (status.get("step") or 0) / total))
+                running.append((job, status))
+        self._show(running)
+
+    def eta_s(self) -> float | None:
+        done = sum(j.cost * (j.fraction - j.resumed_at) for j in self.jobs)
+        left = sum(j.cost * (1 - j.fraction) for j in self.jobs)
+        if left <= 0:
+            return 0.0
+        if done <= 0:
+            return None
+        return (time.time() - self.started) * left / done
+
+    def counts(self) -> tuple[int, int]:
+        return sum(j.done for j in self.jobs), len(self.jobs)
+
+    def _show(self, running: list) -> None:
+        if self.bar is None:
+            return
+        done, _ = self.counts()
+        now = ", ".join(
+            f"#{j.num} {s['label']} {s['step']}/{s['total']} loss {s['loss']:.3f} {s['tokens_per_s']:,.0f} tok/s"
+            for j, s in running[:3]
+        )
+        self.bar.n = done
+        self.bar.set_postfix_str(f"ETA {_duration(self.eta_s())}" + (f" | {now}" if now else ""), refresh=False)
+        self.bar.refresh()
+
+    def _finished_line(self, job: WatchedJob, result: dict) -> str:
+        done, total = self.counts()
+        loss = result.get("final_val_loss")
+        what = result.get("status", "?") + (f", val loss {loss:.4f}" if loss is not None else "")
+        return f"sweep {self.name}: {done}/{total} done, ETA {_duration(self.eta_s())}: #{job.num} {job.label}: {what}"
+
+    def _say(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+
+def _fresh_json(path: Path, since: float) -> dict | None:
+    """The file's JSON if it was written during this launch (a relaunch finds the old ones)."""
+    try:
+        if path.stat().st_mtime < since - 1.0:
+            return None
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"

@@ -1,0 +1,137 @@
+"""RunResult: what a run leaves behind as data (result.json in its run dir, and in MLflow)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ablate.files import write_json
+from ablate.model import accounting
+from ablate.perf.memory import gpu_memory
+
+RESULT_FILE = "result.json"
+BRANCHES_DIR = "branches"  # a trunk's out dir holds BRANCHES_DIR/<key>=<budget>/ per cooldown branch
+
+
+@dataclass
+class RunResult:
+    status: str  # finished, failed, killed, pruned, skipped, busy
+    reason: str
+    config_hash: str
+    model: str
+    precision: str
+    device: str
+    params: int
+    params_non_embedding: int
+    steps: int
+    tokens: int
+    flops: float
+    final_train_loss: float | None
+    final_val_loss: float | None
+    entropy_floor: float | None
+    tokens_per_s: float | None
+    mfu: float | None
+    wall_s: float
+    train_s: float
+    mlflow_run_id: str | None
+    # Process CPU seconds in training steps since step 0 (a branch's include its trunk's up to its fork).
+    train_cpu_s: float | None = None
+    # run | trunk (a constant-rate run that its cooldown branches fork from) | branch (run/branches.py)
+    kind: str = "run"
+    fork_step: int | None = None  # a branch: the trunk step it started from
+    # The step's peak memory as perf/memory.py models it for this device and policy (states,
+    # activations, optimizer step): what a precision policy saves, comparable across machines.
+    memory_bytes: int | None = None
+    # Validation loss in bits per byte of text: loss / ln 2 / (bytes per token), a figure that
+    # compares runs whatever their tokenizer (None when the data's bytes per token are unknown).
+    final_val_bpb: float | None = None
+
+    @classmethod
+    def from_trainer(cls, t, status: str, reason: str) -> RunResult:
+
+        cfg = t.cfg
+        return cls(
+            status=status,
+            reason=reason,
+            config_hash=t.p.config_hash,
+            model=cfg.model.name,
+            precision=cfg.precision.name,
+            device=t.device,
+            params=accounting.params(cfg.model),
+            params_non_embedding=accounting.params_non_embedding(cfg.model),
+            steps=t.step,
+            tokens=t.tokens,
+            flops=t.flops,
+            final_train_loss=_finite(t.last_train_loss),
+            final_val_loss=_finite(t.last_val_loss),
+            entropy_floor=t.p.data.entropy_floor,
+            tokens_per_s=t.tokens / t.train_time if t.train_time > 0 else None,
+            mfu=t.mfu(t.tokens / t.train_time) if t.train_time > 0 else None,
+            wall_s=time.perf_counter() - t.wall_start,
+            train_s=t.train_time,
+            mlflow_run_id=t.tracker.run_id,
+            train_cpu_s=t.train_cpu,
+            kind=t.kind,
+            fork_step=t.fork_step,
+            memory_bytes=step_memory(cfg, t.device),
+            final_val_bpb=bits_per_byte(_finite(t.last_val_loss), t.p.data.bytes_per_token),
+        )
+
+    @classmethod
+    def not_trained(cls, p, status: str, run_id: str | None, reason: str, **extra) -> RunResult:
+        """A launch that trained nothing: skipped, busy, or one that failed before its first step
+        (`extra`: a family member's kind and fork step)."""
+        cfg = p.cfg
+        return cls(
+            status=status,
+            reason=reason,
+            config_hash=p.config_hash,
+            model=cfg.model.name,
+            precision=cfg.precision.name,
+            device=p.hardware.device,
+            params=accounting.params(cfg.model),
+            params_non_embedding=accounting.params_non_embedding(cfg.model),
+            steps=0,
+            tokens=0,
+            flops=0.0,
+            final_train_loss=None,
+            final_val_loss=None,
+            entropy_floor=p.data.entropy_floor,
+            tokens_per_s=None,
+            mfu=None,
+            wall_s=0.0,
+            train_s=0.0,
+            mlflow_run_id=run_id,
+            **extra,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def step_memory(cfg, device: str) -> int:
+
+    return gpu_memory(cfg.model, cfg.precision, cfg.train.batch_size, device=device).total
+
+
+def bits_per_byte(loss: float | None, bytes_per_token: float | None) -> float | None:
+    """nats per token -> bits per byte: L / ln 2 / (bytes per token)."""
+    if loss is None or not bytes_per_token:
+        return None
+    return loss / math.log(2) / bytes_per_token
+
+
+def write_result(result: RunResult, out_dir: Path) -> Path:
+    """Atomic write of out_dir/result.json."""
+    return write_json(out_dir / RESULT_FILE, result.to_dict())
+
+
+def read_result(out_dir: Path) -> RunResult:
+    return RunResult(**json.loads((out_dir / RESULT_FILE).read_text()))
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None

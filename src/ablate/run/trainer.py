@@ -1,0 +1,322 @@
+"""The training loop of one run: build the model under its precision policy, step, evaluate, log,
+checkpoint. Everything around it (skip or resume, the MLflow run, signals, DDP helpers) is train.py's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from ablate.data.sources import get_batch
+from ablate.model import accounting
+from ablate.model.gpt import GPT
+from ablate.model.optim import build_optimizer, lr_at
+from ablate.model.precision import apply_precision
+from ablate.perf import profiling
+from ablate.perf.capture import RunCapture
+from ablate.run import checkpoint, distributed, preemption
+from ablate.run.prepare import Prepared
+from ablate.run.progress import RunProgress
+from ablate.run.result import RunResult, bits_per_byte, write_result
+from ablate.tracking.tracker import Tracker
+
+
+class Diverged(RuntimeError):
+    pass
+
+
+class StopRun(Exception):
+    """Raised by an `on_eval` hook to end a run early on purpose (e.g. an Optuna pruner)."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def state_mismatch(model_cfg, state: dict) -> str | None:
+    """Why a checkpoint's weights cannot be this model's (a name or a shape differs), or None.
+    The model is built on the meta device: shapes only, no memory, no initialisation cost."""
+    weights = state.get("model")
+    if not isinstance(weights, dict):
+        return "holds no model weights"
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in GPT(model_cfg).state_dict().items()}
+    found = {k: tuple(getattr(v, "shape", ())) for k, v in weights.items()}
+    for key in sorted(expected.keys() | found.keys()):
+        if key not in found:
+            return f"lacks the weight {key}"
+        if key not in expected:
+            return f"has a weight {key} that this model does not"
+        if found[key] != expected[key]:
+            return f"has {key} of shape {list(found[key])} where this model's is {list(expected[key])}"
+    return None
+
+
+class Trainer:
+    """`forks`: {step: hook(trainer)}, called once the step's update is done with the trainer in the
+    state a run of any longer budget has at that step (run/branches.py saves cooldown forks so)."""
+
+    def __init__(self, p: Prepared, tracker: Tracker, state_dir: Path, out_dir: Path, on_eval=None, forks=None):
+        self.p, self.cfg, self.tracker = p, p.cfg, tracker
+        self.on_eval = on_eval
+        self.forks = dict(forks or {})
+        self.kind, self.fork_step = "run", None  # RunResult.kind; train.py sets them for trunks and branches
+        self.artifacts: list[Path] = []
+        self.resumed_loss_sum, self.resumed_loss_n = 0.0, 0
+        self.loss_sum, self.loss_n = None, 0
+        self.state_dir, self.out_dir = state_dir, out_dir
+        self.device = p.hardware.device
+        self.tokens_per_step = self.cfg.train.batch_size * self.cfg.model.block_size
+        self.flops_per_token = accounting.flops_per_token(self.cfg.model)
+        self.peak = p.hardware.peak_for(self.cfg.precision)
+        self.step = 0
+        self.train_time = 0.0
+        self.train_cpu = 0.0  # process CPU seconds in training steps: on a shared machine, the cost
+        self.wall_start = time.perf_counter()
+        self.last_train_loss = float("nan")
+        self.last_val_loss = float("nan")
+        self.tokens_per_s = 0.0
+        # train.profile=true: torch.profiler over a few steps, rank 0 only (profiling.py)
+        self.capture = (
+            RunCapture(self.cfg.train, p.hardware, self.cfg.precision, out_dir)
+            if self.cfg.train.profile and distributed.is_main()
+            else None
+        )
+
+    # -- set-up -------------------------------------------------------------------------
+    def _build(self, state: dict | None) -> None:
+        torch.manual_seed(self.cfg.train.seed)
+        model = GPT(self.cfg.model)
+        self.runtime = apply_precision(model, self.cfg.precision, self.device)
+        model.to(self.device)
+        self.model = model
+        self.optimizer = build_optimizer(model, self.cfg.optim, compiled=self.cfg.train.compile)
+        if state is not None:
+            model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.runtime.scaler is not None and state.get("scaler"):
+                self.runtime.scaler.load_state_dict(state["scaler"])
+            torch.set_rng_state(state["rng"])
+            self.step = int(state["step"])
+            self.train_time = float(state["train_time"])
+            self.train_cpu = float(state.get("train_cpu_s", 0.0))
+            self.last_val_loss = float(state.get("last_val_loss", float("nan")))
+            self.resumed_loss_sum = float(state.get("loss_sum", 0.0))
+            self.resumed_loss_n = int(state.get("loss_n", 0))
+            self.tracker.pending = [tuple(m) for m in state["pending"]] + self.tracker.pending
+        wrapped = distributed.wrap(model)  # DDP when this run has several ranks
+        self.forward = torch.compile(wrapped) if self.cfg.train.compile else wrapped
+
+    # -- loop ---------------------------------------------------------------------------
+    def train(self, state: dict | None) -> RunResult:
+        self._build(state)
+        cfg, total = self.cfg.train, self.p.total_steps
+        progress = RunProgress(total, self.step, enabled=cfg.progress, label=self.tracker_label())
+        last_flush = time.perf_counter()
+        # The running mean of the current log interval is part of the checkpoint, so a resume
+        # that starts mid-interval logs the same mean as an uninterrupted run.
+        loss_sum = torch.tensor(self.resumed_loss_sum, device=self.device)
+        loss_n = self.resumed_loss_n
+        interval_time = self.train_time
+        try:
+            while self.step < total:
+                t0, c0 = time.perf_counter(), time.process_time()
+                with profiling.around(self.capture, self.step):
+                    loss = self._train_step()
+                self.train_time += time.perf_counter() - t0
+                self.train_cpu += time.process_time() - c0
+                self.step += 1
+                loss_sum += loss
+                loss_n += 1
+                self.loss_sum, self.loss_n = loss_sum, loss_n
+                # A fork is the state a longer run has here: after a log that run also makes, but
+                # before the log and evaluation this run adds only because it is its last step.
+                regular = self.step % cfg.log_interval == 0 or self.step % cfg.eval_interval == 0
+                fork = self.forks.get(self.step)
+                if fork is not None and not regular:
+                    fork(self)
+                is_eval = self.step % cfg.eval_interval == 0 or self.step == total
+                if self.step % cfg.log_interval == 0 or is_eval:
+                    self.last_train_loss = distributed.mean(loss_sum / loss_n).item()  # over ranks
+                    loss_sum.zero_()
+                    loss_n = 0
+                    self.loss_n = 0
+                    if not math.isfinite(self.last_train_loss):
+                        raise Diverged(f"loss became {self.last_train_loss} at step {self.step}")
+                    steps_done = self.train_time - interval_time
+                    interval_time = self.train_time
+                    self._record(is_eval, steps_done)
+                    progress.update(self.step, self.last_train_loss, self.tokens_per_s)
+                if fork is not None and regular:
+                    fork(self)
+                if self.step % cfg.checkpoint_interval == 0 and self.step < total:
+                    self._checkpoint()
+                if preemption.pending() and self.step < total:  # checkpoint, then requeue or go on
+                    preemption.handle(self._save_for_signal, self.out_dir)
+                # not at the last step: _finish records final/* at that same step, and a
+                # flush marks every point at or below its step delivered (those would be dropped).
+                if self.step < total and time.perf_counter() - last_flush > cfg.flush_interval_s:
+                    self.tracker.flush()
+                    last_flush = time.perf_counter()
+        except Diverged as exc:
+            progress.close()
+            return self._finish("failed", str(exc))
+        except StopRun as exc:
+            progress.close()
+            return self._finish(exc.status, exc.reason)
+        finally:
+            progress.close()
+        self._checkpoint()
+        return self._finish("finished", "")
+
+    def _train_step(self) -> torch.Tensor:
+        # profiling.phase names the parts of a step in a trace (forward, backward, ...)
+        c = self.cfg
+        with profiling.phase("data"):
+            x, y = get_batch(
+                self.p.data.train, c.train.batch_size, c.model.block_size, c.train.seed, self.step, "train"
+            )
+            x, y = distributed.local_rows(x), distributed.local_rows(y)  # this rank's rows
+            x, y = x.to(self.device), y.to(self.device)
+        lr = lr_at(self.step, self.p.total_steps, c.optim)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.lr = lr
+        with profiling.phase("forward"), self.runtime.autocast():
+            _, loss = self.forward(x, y)
+        scaler = self.runtime.scaler
+        with profiling.phase("backward"):
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(self.optimizer)
+            else:
+                loss.backward()
+        with profiling.phase("optimizer"):
+            if c.optim.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.optim.grad_clip)
+            if scaler is not None:
+                scaler.step(self.optimizer)
+                scaler.update()
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        c = self.cfg
+        self.model.eval()
+        losses = []
+        for i in range(c.train.eval_batches):
+            x, y = get_batch(self.p.data.val, c.train.batch_size, c.model.block_size, c.train.seed, i, "val")
+            with self.runtime.autocast():
+                _, loss = self.forward(x.to(self.device), y.to(self.device))
+            losses.append(loss.item())
+        self.model.train()
+        return sum(losses) / len(losses)
+
+    def _record(self, is_eval: bool, interval_time: float) -> None:
+        steps = self.cfg.train.log_interval if not is_eval else None
+        if interval_time > 0:
+            n = steps or (self.step % self.cfg.train.log_interval or self.cfg.train.log_interval)
+            self.tokens_per_s = n * self.tokens_per_step / interval_time
+        metrics = {
+            "train/loss": self.last_train_loss,
+            "lr": self.lr,
+            "tokens": self.tokens,
+            "flops": self.flops,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu(self.tokens_per_s),
+        }
+        if is_eval:
+            self.last_val_loss = self.evaluate()
+            metrics["val/loss"] = self.last_val_loss
+            if self.p.data.bytes_per_token:  # bits per byte: compares runs across tokenizers
+                metrics["val/bpb"] = bits_per_byte(self.last_val_loss, self.p.data.bytes_per_token)
+        self.tracker.record(self.step, metrics)
+        if is_eval and self.on_eval is not None:
+            self.on_eval(self.step, self.last_val_loss, self.flops)
+
+    def _save_for_signal(self, reason: str) -> int:
+        """Before SLURM ends the job: metrics delivered, state on disk, and the
+        MLflow run KILLED (resumable) until training goes on or finishes. Returns the step saved."""
+        self.tracker.flush(force=True)
+        self._checkpoint()
+        preemption.mark_killed(self.tracker)
+        return self.step
+
+    def _checkpoint(self) -> None:
+        checkpoint.save(self.state(), self.state_dir)
+
+    def state(self) -> dict:
+        """Everything a resume needs: weights, optimizer moments, RNG, counters, unsent metrics."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.runtime.scaler.state_dict() if self.runtime.scaler else {},
+            "rng": torch.get_rng_state(),
+            "step": self.step,
+            "train_time": self.train_time,
+            "train_cpu_s": self.train_cpu,
+            "last_val_loss": self.last_val_loss,
+            "loss_sum": float(self.loss_sum) if self.loss_n else 0.0,
+            "loss_n": self.loss_n,
+            "pending": [list(m) for m in self.tracker.pending],
+            "mlflow_run_id": self.tracker.run_id or "",
+            "config_hash": self.p.config_hash,
+        }
+
+    # -- results ------------------------------------------------------------------------
+    def mfu(self, tokens_per_s: float) -> float | None:
+        """Model FLOPs utilisation of the run's ranks together. A rate above the peak means the peak
+        was low (a busy machine measured it): it is raised first (Hardware.raise_peak), so the MFU
+        reported is never above 1."""
+        if not self.peak:
+            return None
+        world = distributed.current().world
+        attained = tokens_per_s * self.flops_per_token
+        if attained > self.peak * world:
+            self.peak = self.p.hardware.raise_peak(self.cfg.precision, attained / world)
+        # (attained / world) x world can round one ulp below attained: the peak of the ranks
+        # together is at least what they attained, so that the ratio is at most 1.0 exactly.
+        return accounting.mfu(tokens_per_s, self.cfg.model, max(self.peak * world, attained))
+
+    @property
+    def tokens(self) -> int:
+        return self.step * self.tokens_per_step
+
+    @property
+    def flops(self) -> float:
+        return float(self.tokens) * self.flops_per_token
+
+    def tracker_label(self) -> str:
+        return f"{self.cfg.model.name}/{self.cfg.precision.name}"
+
+    def result(self, status: str, reason: str) -> RunResult:
+        return RunResult.from_trainer(self, status, reason)
+
+    def _finish(self, status: str, reason: str) -> RunResult:
+        result = self.result(status, reason)
+        path = write_result(result, self.out_dir)
+        self.tracker.record(
+            self.step,
+            {
+                "final/val_loss": result.final_val_loss,
+                "final/train_loss": result.final_train_loss,
+                "final/tokens_per_s": result.tokens_per_s,
+                "final/mfu": result.mfu,
+                "final/wall_s": result.wall_s,
+                "final/val_bpb": result.final_val_bpb,
+            },
+        )
+        if self.capture is not None:  # its figures and files, when captured in this process
+            self.tracker.record(self.step, self.capture.metrics())
+        self.artifacts = [path, *self._config_files(), *(self.capture.files if self.capture else [])]
+        return result
+
+    def _config_files(self) -> list[Path]:
+        resolved = self.out_dir / ".hydra" / "config.yaml"
+        return [resolved] if resolved.is_file() else []

@@ -1,0 +1,234 @@
+"""Backtests: does the printed 95% interval hold the truth about 95% of the time when the fit is asked
+to extrapolate? For each cut point in compute, the whole procedure (approach 3 with its bootstrap, its
+verdict and its own calibration, predict.fit_predictor) sees only the runs below the cut and predicts
+every run above it; the held-out runs are then grouped by their distance past the largest fitted run
+(decades of compute) and counted: how many fell inside their interval, how far off the prediction was,
+how wide the interval was. `held_out` is the same with one cut: all but the k largest-compute runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ablate.scaling.points import FitInputError, Points
+from ablate.scaling.predict import FitOptions, fit_predictor, predict
+from ablate.scaling.verdict import LEVELS, NOT_DETERMINED, Verdict
+
+BACKTEST_CUTS = (0.25, 0.375, 0.5, 0.625, 0.75)  # cut points as fractions of the runs' log-C span
+DISTANCE_BINS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, np.inf)  # decades of compute past the largest fitted run
+
+
+@dataclass(frozen=True)
+class HeldOutRun:
+    """One run above a cut, predicted by the fit below it. The interval is evaluated whatever the
+    verdict (a not_determined prediction prints no number, but its interval is still tested)."""
+
+    cut: int  # index into Backtest.cuts
+    N: float
+    D: float
+    C: float
+    actual: float
+    decades: float  # past the largest fitted run
+    predicted: float
+    lo: float
+    hi: float
+    verdict: Verdict
+
+    @property
+    def inside(self) -> bool:
+        return bool(self.lo <= self.actual <= self.hi)
+
+    @property
+    def rel_error(self) -> float:
+        return (self.predicted - self.actual) / self.actual
+
+    @property
+    def rel_width(self) -> float:
+        return (self.hi - self.lo) / self.predicted
+
+    def to_dict(self) -> dict:
+        return {
+            "cut": self.cut,
+            "N": self.N,
+            "D": self.D,
+            "C": self.C,
+            "actual": self.actual,
+            "decades_past_data": self.decades,
+            "predicted": self.predicted,
+            "ci95": [self.lo, self.hi],
+            "inside_ci95": self.inside,
+            "rel_error": self.rel_error,
+            **self.verdict.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class BacktestCut:
+    """One cut: fitted on n_fit runs with C <= C_cut; `note` says why it could not be used."""
+
+    C_cut: float
+    n_fit: int
+    n_held: int
+    law: Verdict | None = None
+    kappa: float | None = None
+    reach: float | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "C_cut": self.C_cut,
+            "n_fit": self.n_fit,
+            "n_held": self.n_held,
+            "law": None if self.law is None else self.law.to_dict(),
+            "kappa_per_decade": self.kappa,
+            "reach_decades": self.reach,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class DistanceBin:
+    """The held-out runs at one range of distance (decades of compute past the largest fitted run).
+    `printed`: those whose verdict lets a number be printed (trusted or wide)."""
+
+    lo: float
+    hi: float
+    n: int
+    coverage: float  # share of all runs inside their 95% interval
+    median_abs_error: float  # median |predicted - actual| / actual
+    levels: dict  # verdict level -> count
+    printed_coverage: float | None  # share of the printed runs inside their interval; None: none printed
+    printed_median_width: float | None  # median (hi - lo) / predicted of the printed intervals
+
+    @property
+    def printed(self) -> int:
+        return self.n - self.levels.get(NOT_DETERMINED, 0)
+
+    def to_dict(self) -> dict:
+        return {
+            "decades": [self.lo, None if np.isinf(self.hi) else self.hi],
+            "n": self.n,
+            "coverage": self.coverage,
+            "median_abs_rel_error": self.median_abs_error,
+            "verdicts": self.levels,
+            "printed": self.printed,
+            "printed_coverage": self.printed_coverage,
+            "printed_median_rel_width": self.printed_median_width,
+        }
+
+
+@dataclass(frozen=True)
+class Backtest:
+    cuts: tuple[BacktestCut, ...]
+    runs: tuple[HeldOutRun, ...]
+
+    @property
+    def coverage(self) -> float | None:
+        return float(np.mean([r.inside for r in self.runs])) if self.runs else None
+
+    @property
+    def printed_coverage(self) -> float | None:
+        shown = [r.inside for r in self.runs if r.verdict.usable]
+        return float(np.mean(shown)) if shown else None
+
+    @property
+    def mean_abs_rel_error(self) -> float | None:
+        return float(np.mean([abs(r.rel_error) for r in self.runs])) if self.runs else None
+
+    def bins(self, edges=DISTANCE_BINS) -> tuple[DistanceBin, ...]:
+        """Coverage, error and width by distance; bins without runs are left out."""
+        out = []
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            rows = [r for r in self.runs if (lo < r.decades <= hi) or (lo == 0 and r.decades == 0)]
+            if not rows:
+                continue
+            shown = [r for r in rows if r.verdict.usable]
+            out.append(
+                DistanceBin(
+                    lo,
+                    hi,
+                    len(rows),
+                    float(np.mean([r.inside for r in rows])),
+                    float(np.median([abs(r.rel_error) for r in rows])),
+                    {level: sum(r.verdict.level == level for r in rows) for level in LEVELS},
+                    float(np.mean([r.inside for r in shown])) if shown else None,
+                    float(np.median([r.rel_width for r in shown])) if shown else None,
+                )
+            )
+        return tuple(out)
+
+    def to_dict(self) -> dict:
+        return {
+            "method": "for each cut: fit (with its own bootstrap and calibration) on the runs with C <= C_cut, "
+            "predict every run above; coverage = share of held-out runs inside their 95% interval",
+            "coverage": self.coverage,
+            "printed_coverage": self.printed_coverage,
+            "mean_abs_rel_error": self.mean_abs_rel_error,
+            "by_distance": [b.to_dict() for b in self.bins()],
+            "cuts": [c.to_dict() for c in self.cuts],
+            "runs": [r.to_dict() for r in self.runs],
+        }
+
+
+def backtest(points: Points, opts: FitOptions, cuts: tuple[float, ...] = BACKTEST_CUTS) -> Backtest:
+    """Fit below each cut (fractions of the runs' log-C span, each cut at the largest run below it)
+    and predict the runs above it."""
+    for f in cuts:
+        if not 0 < f < 1:
+            raise FitInputError(f"backtest cut {f:g} is not a fraction of the compute span (valid: 0 < cut < 1)")
+    logC = np.log10(points.C)
+    lo, hi = float(logC.min()), float(logC.max())
+    masks, seen = [], set()
+    for f in sorted(cuts):
+        below = logC <= lo + f * (hi - lo) + 1e-12
+        if 0 < below.sum() < len(points) and int(below.sum()) not in seen:
+            seen.add(int(below.sum()))
+            masks.append(below)
+    return _run(points, opts, masks)
+
+
+def held_out(points: Points, k: int, opts: FitOptions) -> Backtest:
+    """One cut: fit on all but the k largest-compute runs, predict those k."""
+    if not 0 < k < len(points):
+        raise FitInputError(f"held-out validation: k={k} must be between 1 and {len(points) - 1}")
+    below = np.zeros(len(points), bool)
+    below[np.argsort(points.C, kind="stable")[:-k]] = True
+    return _run(points, opts, [below])
+
+
+def _run(points: Points, opts: FitOptions, masks: list[np.ndarray]) -> Backtest:
+    cuts, runs = [], []
+    for below in masks:
+        fitted = points.subset(np.flatnonzero(below))
+        held = np.flatnonzero(~below)
+        C_cut = float(fitted.C.max())
+        try:
+            forecast = fit_predictor(fitted, opts)
+        except FitInputError as exc:
+            cuts.append(BacktestCut(C_cut, len(fitted), held.size, note=str(exc)))
+            continue
+        pred = forecast.predictor
+        cal = pred.calibration
+        cuts.append(BacktestCut(C_cut, len(fitted), held.size, pred.verdict, cal.kappa, cal.reach))
+        if not forecast.fit.converged:
+            continue
+        value, lo_, hi_ = pred.loss_band(points.N[held], points.D[held], points.C[held])
+        for j, i in enumerate(held):
+            p = predict(pred, N=float(points.N[i]), D=float(points.D[i]), C=float(points.C[i]))
+            runs.append(
+                HeldOutRun(
+                    len(cuts) - 1,
+                    float(points.N[i]),
+                    float(points.D[i]),
+                    float(points.C[i]),
+                    float(points.L[i]),
+                    float(pred.decades_past(points.C[i])),
+                    float(value[j]),
+                    float(lo_[j]),
+                    float(hi_[j]),
+                    p.verdict,
+                )
+            )
+    return Backtest(tuple(cuts), tuple(runs))

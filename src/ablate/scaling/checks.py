@@ -1,0 +1,444 @@
+"""The checks behind every verdict (verdict.py): of a fitted law, of a prediction, of a compute-optimal
+allocation. Each check is a function of numbers the fit already has, returns Reasons, and cites its
+threshold from Thresholds (stated in docs/fitting.md and recorded in fit.json, so that the planner,
+reading fit.json, reaches the same verdicts).
+
+A law is checked for
+    design           too few sizes or token counts, or too narrow a span (decades of N, D, C)
+    flat loss        losses that vary by less than a few times the run-to-run noise
+    bounds           E at the data's floor, at 0 or at the lowest loss; an exponent at 0
+    identification   an exponent whose 95% interval spans more than a factor; E's interval covering
+                     most of its allowed range
+    residuals        their size against the run-to-run noise, and a systematic pattern (the mean
+                     residual of the runs in one band of C, N or D, in standard errors)
+a prediction for how far past the data it lies (decades of compute against the distance its interval
+was calibrated at, calibration.py) and how wide its interval is; an allocation also for its spread
+and for tokens per parameter outside a plausible range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from ablate.scaling.bootstrap import Estimate
+from ablate.scaling.chinchilla import Approach3Fit
+from ablate.scaling.single import SingleLawFit
+from ablate.scaling.verdict import NOT_DETERMINED, WIDE, Reason, Verdict
+
+DEFAULT_NOISE = 0.01  # sd of log loss between repeats of one run: about 1% for small LMs over seeds
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where each check turns a verdict `wide` or `not_determined` (docs/fitting.md, "Verdicts")."""
+
+    sizes_nd: int = 3  # distinct N (and D) below which a law is not determined
+    sizes_wide: int = 4  # ... below which it is wide
+    decades_nd: float = 0.5  # span of N, D (and C) in decades below which a law is not determined
+    decades_wide: float = 1.0
+    flat_noise: float = 3.0  # max L / min L - 1 below this many times the noise: a flat loss
+    exponent_factor_wide: float = 2.0  # hi / lo of an exponent's 95% interval
+    exponent_factor_nd: float = 10.0
+    exponent_floor: float = 0.01  # an exponent below this is at its bound 0
+    bound_share: float = 0.01  # E within this share of (F, U) of a bound is at it
+    e_share_wide: float = 0.5  # E's 95% interval covering more than this share of (F, U)
+    boot_converged_wide: float = 0.9  # fraction of bootstrap refits that converged
+    residual_wide: float = 2.0  # RMS log residual / run-to-run noise
+    residual_nd: float = 5.0
+    trend_sigmas: float = 3.0  # a band's mean residual, in standard errors, that is a pattern
+    interval_factor_wide: float = 1.25  # hi / lo of a prediction's 95% interval
+    interval_factor_nd: float = 2.0
+    reach_nd: float = 2.0  # past the calibrated distance: wide up to this multiple, then not determined
+    n_opt_factor_wide: float = 3.0  # hi / lo of N_opt's 95% interval
+    n_opt_factor_nd: float = 30.0
+    tokens_per_param_min: float = 1.0  # a compute-optimal D/N outside these is not determined
+    tokens_per_param_max: float = 10_000.0
+    multiplier_factor_wide: float = 4.0  # hi / lo of a compute multiplier's 95% interval (x0.5 to x2)
+    multiplier_factor_nd: float = 100.0  # ... (x0.1 to x10): neither its size nor its side is known
+    multiplier_reach_share: float = 0.5  # past the arms' common compute, as a share of its span in decades
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Thresholds:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (d or {}).items() if k in names})
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """The spread of one run's log loss about the curve that no law can explain (seeds, data order)."""
+
+    sigma: float
+    source: str  # "replicates (k groups)", "given", or "default"
+
+    def to_dict(self) -> dict:
+        return {"sigma": self.sigma, "source": self.source}
+
+
+def run_noise(N: np.ndarray, D: np.ndarray, L: np.ndarray, given: float | None = None) -> RunNoise:
+    """`given`, else the pooled sd of log L over repeats of one (N, D) (at least 2 degrees of freedom),
+    else DEFAULT_NOISE."""
+    if given is not None:
+        return RunNoise(float(given), "given")
+    keys = np.stack([np.round(np.log(N), 6), np.round(np.log(D), 6)], axis=1)
+    _, group = np.unique(keys, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    logL = np.log(L)
+    ss, dof, k = 0.0, 0, 0
+    for g in np.unique(group):
+        v = logL[group == g]
+        if v.size > 1:
+            ss += float(((v - v.mean()) ** 2).sum())
+            dof += v.size - 1
+            k += 1
+    if dof >= 2 and ss > 0:
+        return RunNoise(math.sqrt(ss / dof), f"replicates ({k} repeated (N, D), {dof} degrees of freedom)")
+    return RunNoise(DEFAULT_NOISE, "default (no repeated runs to measure it)")
+
+
+# ---------------------------------------------------------------------------------------------
+# A law
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LawFacts:
+    """What the checks read from a fitted law: built by law_facts_* from an approach-3 or single fit."""
+
+    converged: bool
+    message: str
+    L: np.ndarray  # (n,) the losses fitted
+    residuals: np.ndarray  # (n,) log L_hat - log L
+    axes: dict  # name -> (n,) the variables: N, D (design), C (residual pattern)
+    design: tuple[str, ...]  # the axes whose sizes and span a law needs
+    E: Estimate
+    E_bounds: tuple[float, float]  # (F, U)
+    floor_known: bool
+    exponents: dict  # name -> Estimate
+    n_params: int
+    n_boot: int  # resamples drawn (0: none)
+    boot_converged: float  # fraction converged
+
+
+def approach3_facts(fit: Approach3Fit) -> LawFacts:
+    p, d, b = fit.points, fit.diagnostics, fit.bootstrap
+    params = fit.params
+    exponents = {"alpha": params["alpha"]} if fit.tied else {"alpha": params["alpha"], "beta": params["beta"]}
+    return LawFacts(
+        d.converged,
+        d.message,
+        p.L,
+        d.residuals,
+        {"N": p.N, "D": p.D, "C": p.C},
+        ("N", "D"),
+        params["E"],
+        (fit.floor, fit.upper),
+        fit.floor > 0,  # a positive lower bound is a known floor
+        exponents,
+        4 if fit.tied else 5,
+        0 if b is None else b.n_resamples,
+        1.0 if b is None else float(b.converged.mean()),
+    )
+
+
+def single_facts(fit: SingleLawFit, floor_known: bool) -> LawFacts:
+    d, b = fit.diagnostics, fit.bootstrap
+    params = fit.params
+    return LawFacts(
+        d.converged,
+        d.message,
+        fit.L,
+        d.residuals,
+        {fit.variable: fit.x},
+        (fit.variable,),
+        params["E"],
+        (fit.floor, fit.upper),
+        floor_known and fit.floor > 0,
+        {"alpha": params["alpha"]},
+        3,
+        0 if b is None else b.n_resamples,
+        1.0 if b is None else float(b.converged.mean()),
+    )
+
+
+def law_verdict(f: LawFacts, noise: RunNoise, th: Thresholds) -> Verdict:
+    if not f.converged:
+        return Verdict.of([Reason("not_converged", NOT_DETERMINED, f.message)])
+    # the order of a fit's reasons at one level: E's bounds, the exponents', then their intervals
+    reasons = _design(f, th) + _flat(f, noise, th) + _e_bounds(f, th) + _exponent_bounds(f, th)
+    reasons += _exponent_intervals(f, th) + _e_interval(f, th)
+    reasons += _bootstrap(f, th) + _residuals(f, noise, th)
+    return Verdict.of(reasons)
+
+
+def _design(f: LawFacts, th: Thresholds) -> list[Reason]:
+    out = []
+    if len(f.L) < f.n_params + 2:
+        out.append(Reason("few_points", WIDE, f"{len(f.L)} points for {f.n_params} parameters"))
+    for name in f.design:
+        x = f.axes[name]
+        k = len(np.unique(np.round(np.log(x), 6)))
+        if k < th.sizes_wide:
+            level = NOT_DETERMINED if k < th.sizes_nd else WIDE
+            need = th.sizes_nd if level == NOT_DETERMINED else th.sizes_wide
+            out.append(Reason("few_sizes", level, f"{k} distinct {_AXIS[name]} (needs {need})"))
+    for name in dict.fromkeys((*f.design, "C")):
+        x = f.axes.get(name)
+        if x is None:
+            continue
+        span = float(np.log10(x.max() / x.min()))
+        if span < th.decades_wide:
+            level = NOT_DETERMINED if span < th.decades_nd else WIDE
+            need = th.decades_nd if level == NOT_DETERMINED else th.decades_wide
+            out.append(Reason("narrow_span", level, f"{_AXIS[name]} span {span:.2f} decades (needs {need:g})"))
+    return out
+
+
+_AXIS = {"N": "sizes N", "D": "token counts D", "C": "FLOPs C", "N_non_embedding": "non-embedding sizes N"}
+
+
+def _flat(f: LawFacts, noise: RunNoise, th: Thresholds) -> list[Reason]:
+    spread = float(f.L.max() / f.L.min() - 1)
+    if spread < th.flat_noise * noise.sigma:
+        return [
+            Reason(
+                "flat_loss",
+                NOT_DETERMINED,
+                f"the loss varies by {100 * spread:.2g}% across the runs, under {th.flat_noise:g} times the "
+                f"run-to-run noise ({100 * noise.sigma:.2g}%): nothing to fit a trend to",
+            )
+        ]
+    return []
+
+
+def e_reasons(f: LawFacts, th: Thresholds) -> list[Reason]:
+    """Why the irreducible loss E is not determined by the data: at a bound, or an interval covering
+    most of its allowed range (empty when it is). A law's extrapolation far past the data rests on E."""
+    return _e_bounds(f, th) + _e_interval(f, th)
+
+
+def _e_bounds(f: LawFacts, th: Thresholds) -> list[Reason]:
+    out = []
+    F, U = f.E_bounds
+    E = f.E.value
+    if (E - F) <= th.bound_share * (U - F):
+        if f.floor_known:
+            text = (
+                f"E at the data's floor {F:.4g}: the runs lie too far above it to show where the loss "
+                "levels off, so the floor, not the data, sets E"
+            )
+        else:
+            text = (
+                "E at its lower bound 0: these data do not determine the irreducible loss "
+                "(give the data's floor, entropy_floor=, when it is known)"
+            )
+        out.append(Reason("at_bound", WIDE, text))
+    if (U - E) <= th.bound_share * (U - F):
+        out.append(
+            Reason(
+                "at_bound",
+                NOT_DETERMINED,
+                f"E at the lowest loss the runs reached ({U:.4g}): the law says the loss stops falling "
+                "where the data end, which the form cannot tell from a poor fit",
+            )
+        )
+    return out
+
+
+def _e_interval(f: LawFacts, th: Thresholds) -> list[Reason]:
+    out = []
+    F, U = f.E_bounds
+    if f.E.ci95 is not None and U > F:
+        share = (f.E.ci95[1] - f.E.ci95[0]) / (U - F)
+        if share > th.e_share_wide:
+            out.append(
+                Reason(
+                    "not_identified",
+                    WIDE,
+                    f"E's 95% interval {_g(f.E.ci95[0])} to {_g(f.E.ci95[1])} covers {100 * share:.0f}% of "
+                    f"its allowed range {_g(F)} to {_g(U)}",
+                )
+            )
+    return out
+
+
+def _exponent_bounds(f: LawFacts, th: Thresholds) -> list[Reason]:
+    """An exponent at its bound 0: no trend with it."""
+    return [
+        Reason("at_bound", NOT_DETERMINED, f"{name} = {est.value:.2g} at its bound 0: no trend with it")
+        for name, est in f.exponents.items()
+        if est.value <= th.exponent_floor
+    ]
+
+
+def _exponent_intervals(f: LawFacts, th: Thresholds) -> list[Reason]:
+    """An exponent whose 95% interval spans more than a factor."""
+    out = []
+    for name, est in f.exponents.items():
+        if est.ci95 is None or est.value <= th.exponent_floor:
+            continue
+        lo, hi = est.ci95
+        factor = hi / lo if lo > 0 else math.inf
+        if factor > th.exponent_factor_wide:
+            level = NOT_DETERMINED if factor > th.exponent_factor_nd else WIDE
+            limit = th.exponent_factor_nd if level == NOT_DETERMINED else th.exponent_factor_wide
+            out.append(
+                Reason(
+                    "not_identified",
+                    level,
+                    f"{name}'s 95% interval {_g(lo)} to {_g(hi)} spans a factor {_g(factor)} (over {limit:g})",
+                )
+            )
+    return out
+
+
+def _bootstrap(f: LawFacts, th: Thresholds) -> list[Reason]:
+    if f.n_boot == 0:
+        return [Reason("bootstrap", WIDE, "no bootstrap (n_boot=0): the intervals leave out the fit's uncertainty")]
+    if f.boot_converged < th.boot_converged_wide:
+        return [
+            Reason(
+                "bootstrap",
+                WIDE,
+                f"{100 * f.boot_converged:.0f}% of bootstrap refits converged "
+                f"(under {100 * th.boot_converged_wide:.0f}%)",
+            )
+        ]
+    return []
+
+
+def _residuals(f: LawFacts, noise: RunNoise, th: Thresholds) -> list[Reason]:
+    r = f.residuals
+    n = r.size
+    rms = float(np.sqrt(np.mean(r**2) * n / max(n - f.n_params, 1)))
+    out = []
+    ratio = rms / noise.sigma
+    if ratio > th.residual_wide:
+        level = NOT_DETERMINED if ratio > th.residual_nd else WIDE
+        out.append(
+            Reason(
+                "residual_size",
+                level,
+                f"the runs scatter about the law by {rms:.3g} in log loss (sd over n - {f.n_params} degrees of "
+                f"freedom), {ratio:.1f} times the run-to-run noise {noise.sigma:.2g} "
+                f"({noise.source.split(' (')[0]}): the law's form does not describe these runs",
+            )
+        )
+    worst = max((_pattern(r, f.axes[name], name) for name in f.axes), key=lambda p: p[0], default=None)
+    if worst is not None and worst[0] > th.trend_sigmas and abs(worst[1]) > noise.sigma / 2:
+        t, mean, name, lo, hi = worst
+        side = "above" if mean < 0 else "below"
+        out.append(
+            Reason(
+                "residual_trend",
+                WIDE,
+                f"the runs at {name} {_g(lo)} to {_g(hi)} lie {100 * abs(mean):.2g}% {side} the law on average "
+                f"({t:.1f} standard errors): a pattern the form misses",
+            )
+        )
+    return out
+
+
+def _pattern(r: np.ndarray, x: np.ndarray, name: str) -> tuple[float, float, str, float, float]:
+    """The band of x (quantiles of log x, 3 or 4 bands of at least 3 runs) whose mean residual is the
+    most standard errors from 0: (t, mean, name, x lo, x hi); t = 0 with too few runs."""
+    n = r.size
+    bands = min(4, n // 3)
+    if bands < 3:
+        return 0.0, 0.0, name, float(x.min()), float(x.max())
+    sd = float(np.sqrt(np.mean(r**2)))
+    order = np.argsort(x, kind="stable")
+    best = (0.0, 0.0, name, float(x.min()), float(x.max()))
+    for idx in np.array_split(order, bands):
+        mean = float(r[idx].mean())
+        t = abs(mean) / (sd / math.sqrt(idx.size)) if sd > 0 else 0.0
+        if t > best[0]:
+            best = (t, mean, name, float(x[idx].min()), float(x[idx].max()))
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# A prediction and an allocation
+# ---------------------------------------------------------------------------------------------
+
+
+def extrapolation_reasons(decades: float, reach: float | None, th: Thresholds, what: str = "compute") -> list[Reason]:
+    """`decades` past the largest fitted run (in compute, or in N or D: `what`) against `reach`, the
+    farthest distance in compute at which held-out runs were predicted when the interval was calibrated
+    (None: it could not be)."""
+    if decades <= 0:
+        return []
+    past = f"{decades:.2g} decades of {what} past the largest run"
+    if reach is None or reach <= 0:
+        return [
+            Reason(
+                "extrapolation",
+                NOT_DETERMINED,
+                f"{past}, and the interval could not be calibrated (too few runs to leave the largest out and refit)",
+            )
+        ]
+    if decades <= reach:
+        return []
+    level = NOT_DETERMINED if decades > th.reach_nd * reach else WIDE
+    tail = f" (not determined past {th.reach_nd:g} times that)" if level == NOT_DETERMINED else ""
+    return [Reason("extrapolation", level, f"{past}; the interval was calibrated up to {reach:.2g} decades{tail}")]
+
+
+def interval_reasons(what: str, est: Estimate, factor_wide: float, factor_nd: float) -> list[Reason]:
+    if est.ci95 is None:
+        return []
+    lo, hi = est.ci95
+    factor = hi / lo if lo > 0 else math.inf
+    if factor <= factor_wide:
+        return []
+    level = NOT_DETERMINED if factor > factor_nd else WIDE
+    limit = factor_nd if level == NOT_DETERMINED else factor_wide
+    return [
+        Reason(
+            "interval_width",
+            level,
+            f"{what}'s 95% interval {_g(lo)} to {_g(hi)} spans a factor {_g(factor)} (over {limit:g})",
+        )
+    ]
+
+
+def multiplier_extrapolation_reasons(decades: float, span: float, th: Thresholds) -> list[Reason]:
+    """A compute multiplier `decades` past the largest compute both arms reached, which span `span`
+    decades. Its interval is the two laws' bootstrap alone, with no calibration of the laws' error past
+    the data (unlike a fit's prediction, calibration.py): any extrapolation is at least wide, and one
+    further than multiplier_reach_share of the span the arms were measured over is not determined."""
+    if decades <= 0:
+        return []
+    limit = th.multiplier_reach_share * span
+    past = f"{decades:.2g} decades of compute past the largest compute both arms reached"
+    if decades > limit:
+        return [
+            Reason(
+                "extrapolation",
+                NOT_DETERMINED,
+                f"{past}, over {th.multiplier_reach_share:g} of the {span:.2g} decades they span",
+            )
+        ]
+    return [Reason("extrapolation", WIDE, f"{past}: the interval leaves out how wrong the laws' form is there")]
+
+
+def allocation_reasons(tokens_per_param: float, th: Thresholds) -> list[Reason]:
+    if th.tokens_per_param_min <= tokens_per_param <= th.tokens_per_param_max:
+        return []
+    return [
+        Reason(
+            "allocation",
+            NOT_DETERMINED,
+            f"{_g(tokens_per_param)} tokens per parameter at the optimum, outside "
+            f"{th.tokens_per_param_min:g} to {th.tokens_per_param_max:,.0f}",
+        )
+    ]
+
+
+def _g(x: float) -> str:
+    return f"{x:.3g}"

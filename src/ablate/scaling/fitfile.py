@@ -1,0 +1,127 @@
+"""Reading an exported fit (scaling/export.py writes fit.json) back as what the planner predicts with:
+approach 3's parameters and 95% intervals, and the same Predictor that fit_all built (predict.py) --
+bootstrap laws, calibration, the data's range and floor, the law's verdict, the thresholds -- so that
+a plan prints the numbers and verdicts the fit would print for the same target."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ablate.config import ConfigError
+from ablate.scaling.calibration import Calibration
+from ablate.scaling.checks import Thresholds
+from ablate.scaling.chinchilla import ChinchillaLaw
+from ablate.scaling.predict import Predictor
+from ablate.scaling.verdict import WIDE, Reason, Verdict
+
+VALID = "valid: a fit.json written by ablate fit"
+
+
+@dataclass(frozen=True)
+class FitLaw:
+    """Approach 3 of an exported fit: point estimates, 95% intervals, and the predictor built from it."""
+
+    path: str
+    E: float
+    A: float
+    B: float
+    alpha: float
+    beta: float
+    ci95: dict  # name -> (lo, hi) or None
+    predictor: Predictor
+
+    NAMES = ("E", "A", "B", "alpha", "beta")
+
+    def law(self) -> ChinchillaLaw:
+        return ChinchillaLaw(self.E, self.A, self.B, self.alpha, self.beta)
+
+    @property
+    def params(self) -> str:
+        """Which parameter count the law's N is: 'total' or 'non_embedding'."""
+        return self.predictor.params
+
+    @property
+    def data_range(self) -> dict:
+        return self.predictor.data
+
+
+def load_fit(path: str) -> FitLaw:
+    """Read `chinchilla_approach3` from a fit.json written by ablate fit."""
+    where = f"fit={path}"
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"{where} cannot be read: {exc.strerror} ({VALID})") from None
+    except ValueError as exc:
+        raise ConfigError(f"{where} is not JSON: {exc} ({VALID})") from None
+    a3 = doc.get("chinchilla_approach3") if isinstance(doc, dict) else None
+    if not isinstance(a3, dict):
+        raise ConfigError(f"{where} has no chinchilla_approach3 ({VALID})")
+    if a3.get("status") not in (None, "converged") or not a3.get("params"):
+        raise ConfigError(
+            f"{where}: chinchilla_approach3 is {a3.get('status')!r} with no parameters "
+            "(valid: a fit whose approach 3 converged)"
+        )
+    values, ci = _params(a3["params"], where)
+    data = doc.get("data") or {}
+    data_range = {
+        k: (float(data[k]["min"]), float(data[k]["max"])) for k in ("N", "D", "C") if isinstance(data.get(k), dict)
+    }
+    if len(data_range) != 3:
+        raise ConfigError(f"{where}: data.N, data.D and data.C (each min and max) are missing ({VALID})")
+    samples = np.asarray((a3.get("bootstrap") or {}).get("samples") or np.empty((0, 5)), float).reshape(-1, 5)
+    floor = data.get("entropy_floor")
+    predictor = Predictor(
+        ChinchillaLaw(*(values[k] for k in FitLaw.NAMES)),
+        samples[np.isfinite(samples).all(1)],
+        _calibration(a3, data),
+        data_range,
+        _verdict(a3, samples),
+        Thresholds.from_dict(a3.get("thresholds")),
+        None if floor is None else float(floor),
+        (a3.get("variant") or {}).get("params") or data.get("params") or "total",
+        data.get("flops_per_second"),
+    )
+    return FitLaw(path, ci95=ci, predictor=predictor, **values)
+
+
+def _params(params: dict, where: str) -> tuple[dict, dict]:
+    values, ci = {}, {}
+    for name in FitLaw.NAMES:
+        entry = params.get(name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("value"), (int, float)):
+            raise ConfigError(
+                f"{where}: chinchilla_approach3.params.{name} is missing (valid: "
+                '{"value": v, "ci95": [lo, hi]} for each of E, A, B, alpha, beta)'
+            )
+        values[name] = float(entry["value"])
+        interval = entry.get("ci95")
+        ci[name] = tuple(float(v) for v in interval) if isinstance(interval, list) and len(interval) == 2 else None
+    return values, ci
+
+
+def _calibration(a3: dict, data: dict) -> Calibration:
+    """The file's calibration; a fit.json of an earlier version has none: its intervals get one run's
+    scatter (from the fit's RMS residual) and no calibrated reach, so every extrapolation is refused."""
+    cal = a3.get("calibration")
+    if isinstance(cal, dict) and "run_sigma" in cal:
+        return Calibration.from_dict(cal)
+    rms = ((a3.get("diagnostics") or {}).get("rms_log_residual")) or 0.0
+    return Calibration(float(rms), None, None)
+
+
+def _verdict(a3: dict, samples: np.ndarray) -> Verdict:
+    """The law's verdict as fit.json records it, and what the file itself lacks."""
+    law = Verdict.from_dict(a3) if "verdict" in a3 else Verdict.of([])
+    missing = []
+    if "verdict" not in a3:
+        missing.append(Reason("law", WIDE, "fit.json was written by an earlier version: no verdict or calibration"))
+    if samples.shape[0] == 0:
+        missing.append(
+            Reason("bootstrap", WIDE, "fit.json has no bootstrap samples: intervals leave out the fit's uncertainty")
+        )
+    return Verdict.worst(law, Verdict.of(missing))

@@ -1,0 +1,119 @@
+"""The sweeper's slice of the config (conf/hydra/sweeper/optuna.yaml), checked before any study exists.
+
+One study per study_name + storage. Storage: Optuna's journal file (JournalStorage over
+JournalFileBackend, whose lock works on a shared filesystem) at STUDY_DIR/journal.log unless
+`storage` names another file or any database URL. Launching the same study name on the same
+storage continues it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from ablate.config import ConfigError, build
+from ablate.files import safe_name
+
+PRUNER_KEYS = {
+    "median": {"n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"},
+    "percentile": {"percentile", "n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"},
+    "hyperband": {"min_resource", "max_resource", "reduction_factor"},
+    "successive_halving": {"min_resource", "reduction_factor", "min_early_stopping_rate"},
+    "none": set(),
+}
+SAMPLER_KEYS = {
+    "tpe": {"n_startup_trials", "multivariate", "constant_liar", "n_ei_candidates"},
+    "random": set(),
+}
+
+
+@dataclass
+class SearchConfig:
+    """The sweeper's slice (conf/hydra/sweeper/optuna.yaml); one study per study_name+storage."""
+
+    study_name: str = "study"
+    # None: a journal file STUDY_DIR/journal.log. A path: a journal file there. A URL with "://":
+    # an Optuna RDB storage (postgresql://, mysql://, sqlite:/// for a single worker).
+    storage: str | None = None
+    # Studies live in STUDIES_DIR/NAME/ (the default journal, trials.json, plots, best.args), and
+    # the best parameters also in STUDIES_DIR/best/NAME.yaml, a config group for `+best=NAME`.
+    studies_dir: str = "studies"
+    # Trials of the whole study: a relaunch runs only the ones still missing.
+    n_trials: int = 16
+    # Trials asked for and launched together, as one launcher batch.
+    n_jobs: int = 2
+    seed: int = 0
+    sampler: Literal["tpe", "random"] = "tpe"
+    samplers: dict = field(default_factory=dict)
+    pruner: Literal["median", "percentile", "hyperband", "successive_halving", "none"] = "median"
+    pruners: dict = field(default_factory=dict)
+    # The search space catalogue: config key -> Hydra sweep grammar, e.g. "tag(log, interval(1e-4, 1e-2))",
+    # "choice(8, 16, 32)", "range(0, 101, 10)", "int(interval(0, 100))".
+    params: dict = field(default_factory=dict)
+    # Which catalogue keys this study searches; None: all of them.
+    search: list | None = None
+    # A RUNNING trial whose driver has not been heard from for this long (or whose driver process
+    # on this host is gone) failed with its driver; it is failed and its parameters run again.
+    stale_after_s: float = 600.0
+
+    def validate(self) -> None:
+        # The study's folder is STUDIES_DIR/NAME and its config group STUDIES_DIR/best/NAME.yaml.
+        if safe_name(self.study_name) != self.study_name or self.study_name == "best":
+            raise ConfigError(
+                f"hydra.sweeper.study_name={self.study_name!r} is invalid "
+                "(valid: letters, digits, '.', '-' and '_', not starting with '.', not 'best')"
+            )
+        if self.seed < 0:
+            raise ConfigError(f"hydra.sweeper.seed={self.seed} is negative (valid: >= 0)")
+        for key in ("n_trials", "n_jobs", "stale_after_s"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"hydra.sweeper.{key}={getattr(self, key)} must be positive (valid: > 0)")
+        _check_settings("sampler", self.sampler, self.samplers, SAMPLER_KEYS)
+        _check_settings("pruner", self.pruner, self.pruners, PRUNER_KEYS)
+        params = flatten_params(self.params)
+        for key in self.search or []:
+            if key not in params:
+                raise ConfigError(
+                    f"hydra.sweeper.search has {key!r}, not in hydra.sweeper.params "
+                    f"(valid: {', '.join(sorted(params))})"
+                )
+
+    @property
+    def study_dir(self) -> Path:
+        return Path(self.studies_dir) / self.study_name
+
+    def resolved(self, cwd: str) -> SearchConfig:
+        """Absolute paths, so that jobs on any node and in any directory agree."""
+        studies = Path(self.studies_dir)
+        studies = studies if studies.is_absolute() else Path(cwd) / studies
+        storage = self.storage or str(studies / self.study_name / "journal.log")
+        if "://" not in storage and not Path(storage).is_absolute():
+            storage = str(Path(cwd) / storage)
+        return SearchConfig(**{**asdict(self), "studies_dir": str(studies), "storage": storage})
+
+
+def _check_settings(kind: str, name: str, settings: dict, valid: dict) -> None:
+    for key in (settings or {}).get(name) or {}:
+        if key not in valid[name]:
+            raise ConfigError(
+                f"unknown key hydra.sweeper.{kind}s.{name}.{key} (valid: {', '.join(sorted(valid[name])) or 'none'})"
+            )
+
+
+def parse_search(tree: dict) -> SearchConfig:
+    tree = {k: v for k, v in (tree or {}).items() if k != "_target_"}
+    cfg = build(SearchConfig, tree, "hydra.sweeper")
+    cfg.validate()
+    return cfg
+
+
+def flatten_params(params: dict, prefix: str = "") -> dict:
+    """{"optim": {"lr": "..."}} and {"optim.lr": "..."} both mean the key optim.lr."""
+    out = {}
+    for k, v in (params or {}).items():
+        if isinstance(v, dict):
+            out.update(flatten_params(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = str(v)
+    return out

@@ -1,0 +1,281 @@
+"""The Optuna sweeper's loop, in the launching process: ask a batch, launch it, tell the outcomes.
+
+Any Hydra launcher runs the batch (basic, sequential/parallel processes, SLURM through submitit):
+the trials reach their jobs through SWEEP_DIR/optuna.json and the shared storage, not through the
+launcher, and come back through each job's result.json (trial.py). Relaunching the same study
+continues it: `n_trials` counts the whole study, and trials whose driver was stopped are failed
+and their parameters queued again (the run itself resumes from its checkpoint).
+
+MLflow: the study has one run ("study:NAME", tag ablate.kind=study), reused by every launch. Each
+launch's sweep run (SweepCallback) is nested under it and holds that launch's trials, so every
+trial is a run under the study's run; each trial run is tagged with optuna.study, optuna.trial
+and its final state optuna.state (COMPLETE, PRUNED, FAIL). The study's files (search_report)
+are logged to the study run after every launch.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from ablate.provenance import code_version
+from ablate.search import report as search_report
+from ablate.search.config import SearchConfig
+from ablate.search.space import search_space, trial_overrides
+from ablate.search.storage import (
+    DRIVER_ATTR,
+    REASON_ATTR,
+    REUSED_ATTR,
+    RUN_ATTR,
+    STEPS_ATTR,
+    Drivers,
+    counted,
+    give_back,
+    open_study,
+)
+from ablate.search.trial import Outcome, outcome, write_trials_file
+from ablate.sweep.context import read_sweep_file
+from ablate.tracking.tags import KIND_TAG, REASON_TAG
+
+STUDY_KIND = "study"
+STUDY_TAG, TRIAL_TAG, STATE_TAG = "optuna.study", "optuna.trial", "optuna.state"
+
+
+def run_study(cfg: SearchConfig, config, launcher, arguments: list[str]) -> list:
+    """The sweeper's `sweep`: returns the launcher's JobReturns, one list per batch."""
+    from omegaconf import OmegaConf
+
+    cwd = str(config.hydra.runtime.cwd)
+    cfg = cfg.resolved(cwd)
+    space, fixed = search_space(cfg, arguments)
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir = sweep_dir if sweep_dir.is_absolute() else Path(cwd) / sweep_dir
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, sweep_dir / "multirun.yaml")
+
+    study = open_study(cfg)
+    tracking = Tracking(read_sweep_file(sweep_dir), study, cfg)
+    drivers = Drivers(study, cfg.stale_after_s)
+    drivers.beat()
+    for orphan in drivers.orphans():
+        give_back(study, orphan.number, "its driver stopped before the trial ended")
+    done, running = counted(study)
+    print(
+        f"optuna study {cfg.study_name}: {done} of {cfg.n_trials} trials done, storage {cfg.storage}", file=sys.stderr
+    )
+
+    returns, in_flight = [], []
+    job_num = next_job_num(sweep_dir)
+    try:
+        with heartbeat(drivers, cfg.stale_after_s / 6), sigterm_as_interrupt():
+            while True:
+                done, running = counted(study)
+                n = min(cfg.n_jobs, cfg.n_trials - done - running)
+                if n <= 0:
+                    break
+                in_flight = [study.ask(space) for _ in range(n)]
+                for trial in in_flight:
+                    trial.set_user_attr(DRIVER_ATTR, drivers.id)
+                write_trials_file(
+                    sweep_dir,
+                    cfg,
+                    {job_num + i: {"number": t.number, "trial_id": t._trial_id} for i, t in enumerate(in_flight)},
+                )
+                batch = [fixed + trial_overrides(t.params) for t in in_flight]
+                results = launcher.launch(batch, initial_job_idx=job_num)
+                for i, (trial, ret) in enumerate(zip(in_flight, results, strict=False)):
+                    tell(study, trial.number, read_result(ret, sweep_dir, job_num + i), tracking)
+                in_flight = []
+                job_num += n
+                returns.append(results)
+                search_report.export(study, cfg)
+    except BaseException:
+        settle_interrupted(study, in_flight, sweep_dir, job_num, tracking)
+        tracking.close("KILLED", "the driver was stopped; launching the study again continues it")
+        raise
+    files = search_report.export(study, cfg)
+    tracking.close("FINISHED", "", files)
+    summary = json.loads((Path(cfg.studies_dir) / cfg.study_name / "trials.json").read_text())["summary"]
+    print(describe(cfg, summary), file=sys.stderr)
+    return returns
+
+
+def next_job_num(sweep_dir: Path) -> int:
+    """Job numbers continue after the job dirs already in the sweep dir (a relaunch into the same dir)."""
+    nums = [int(d.name) for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()]
+    return max(nums, default=-1) + 1
+
+
+def read_result(ret, sweep_dir: Path, num: int) -> dict | None:
+    """The job's result.json (its output dir from Hydra's JobReturn, else SWEEP_DIR/NUM); a job that
+    wrote none falls back to its return value when that is a dict."""
+    out_dir = None
+    hydra_cfg = getattr(ret, "hydra_cfg", None)
+    if hydra_cfg is not None:
+        out_dir = Path(str(hydra_cfg.hydra.runtime.output_dir))
+    for d in (out_dir, sweep_dir / str(num)):
+        if d is not None and (d / "result.json").is_file():
+            try:
+                return json.loads((d / "result.json").read_text())
+            except ValueError:
+                pass
+    value = getattr(ret, "_return_value", None)
+    return value if isinstance(value, dict) else None
+
+
+def tell(study, number: int, result: dict | None, tracking: Tracking) -> Outcome:
+    from optuna.trial import TrialState
+
+    out = outcome(result, tracking.final_val_loss)
+    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    attrs = {STEPS_ATTR: out.steps, REASON_ATTR: out.reason, RUN_ATTR: out.mlflow_run_id, REUSED_ATTR: out.reused}
+    for key, value in attrs.items():
+        if value is not None:
+            study._storage.set_trial_user_attr(trial_id, key, value)
+    if out.state == "COMPLETE":
+        study.tell(number, out.value)
+    else:
+        study.tell(number, state=TrialState[out.state])
+    tracking.tag_trial(out, number)
+    return out
+
+
+def settle_interrupted(study, in_flight: list, sweep_dir: Path, job_num: int, tracking: Tracking) -> None:
+    """Trials of the interrupted batch: a job that ended (finished or pruned) is told as usual; the
+    others are failed and their parameters queued for the next launch."""
+    for i, trial in enumerate(in_flight):
+        result = read_result(None, sweep_dir, job_num + i)
+        if result and result.get("status") in ("finished", "pruned"):
+            tell(study, trial.number, result, tracking)
+        else:
+            give_back(study, trial.number, "the driver was stopped before the trial ended")
+
+
+@contextmanager
+def heartbeat(drivers: Drivers, interval_s: float):
+    """Tell other drivers of this study that this one is alive (see storage.Drivers)."""
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(interval_s):
+            try:
+                drivers.beat()
+            except Exception as exc:  # a storage hiccup must not end the search
+                print(f"optuna: heartbeat failed: {exc}", file=sys.stderr)
+
+    thread = threading.Thread(target=beat, name="optuna-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """`kill PID` stops the driver as Ctrl-C does: the batch's trials are given back, not lost."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def describe(cfg: SearchConfig, summary: dict) -> str:
+    best = summary.get("best")
+    counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(summary["counts"].items()))
+    lines = [f"optuna study {cfg.study_name}: {counts}"]
+    if best:
+        lines.append(
+            f"best: trial {best['number']}, val loss {best['value']:.4f}: {' '.join(trial_overrides(best['params']))}"
+        )
+        lines.append(f"use it: python -m ablate 'hydra.searchpath=[file://{cfg.studies_dir}]' +best={cfg.study_name}")
+    lines.append(f"files: {Path(cfg.studies_dir) / cfg.study_name}")
+    return "\n".join(lines)
+
+
+class Tracking:
+    """The study's MLflow run and the tags on each trial's run (nothing when tracking=none)."""
+
+    def __init__(self, sweep_info: dict, study, cfg: SearchConfig):
+        self.uri = sweep_info.get("tracking_uri")
+        self.client, self.run_id = None, None
+        if not self.uri or not sweep_info.get("parent_run_id"):
+            return
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.study_name = cfg.study_name
+        self.run_id = self._study_run(study, cfg, sweep_info["experiment_id"])
+        self.client.set_tag(sweep_info["parent_run_id"], "mlflow.parentRunId", self.run_id)
+        self.client.set_tag(sweep_info["parent_run_id"], STUDY_TAG, cfg.study_name)
+
+    def _study_run(self, study, cfg: SearchConfig, experiment_id: str) -> str:
+        """The study's run in this store: reopened on a relaunch, created on the first one."""
+        from mlflow.exceptions import MlflowException
+
+        known = study.user_attrs.get("mlflow_runs", {})
+        run_id = known.get(self.uri)
+        if run_id:
+            try:
+                run = self.client.get_run(run_id)
+                if run.info.lifecycle_stage == "active":
+                    self.client.update_run(run_id, status="RUNNING")
+                    return run_id
+            except MlflowException:
+                pass
+        run = self.client.create_run(
+            experiment_id,
+            run_name=f"study:{cfg.study_name}",
+            tags={KIND_TAG: STUDY_KIND, STUDY_TAG: cfg.study_name, "optuna.storage": cfg.storage, **code_version()},
+        )
+        study.set_user_attr("mlflow_runs", {**known, self.uri: run.info.run_id})
+        return run.info.run_id
+
+    def final_val_loss(self, run_id: str) -> float | None:
+        if self.client is None:
+            return None
+        metrics = self.client.get_run(run_id).data.metrics
+        return metrics.get("final/val_loss", metrics.get("val/loss"))
+
+    def tag_trial(self, out: Outcome, number: int) -> None:
+        if self.client is None or not out.mlflow_run_id:
+            return
+        from mlflow.entities import RunTag
+
+        tags = {
+            STUDY_TAG: self.study_name,
+            TRIAL_TAG: str(number),
+            STATE_TAG: out.state,
+            "ablate.study_run_id": self.run_id,
+        }
+        if out.value is not None:
+            tags["optuna.value"] = f"{out.value:.6g}"
+        try:
+            self.client.log_batch(out.mlflow_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        except Exception as exc:  # the study is the record; a tag lost to an outage is reported, not fatal
+            print(f"optuna: could not tag MLflow run {out.mlflow_run_id}: {exc}", file=sys.stderr)
+
+    def close(self, status: str, reason: str, files: list | None = None) -> None:
+        if self.client is None:
+            return
+
+        try:
+            for path in files or []:
+                self.client.log_artifact(self.run_id, str(path))
+            self.client.set_tag(self.run_id, REASON_TAG, reason)
+            self.client.set_terminated(self.run_id, status=status)
+        except Exception as exc:  # the study's files are on disk; a store outage must not hide the real error
+            print(f"optuna: could not close the study's MLflow run {self.run_id}: {exc}", file=sys.stderr)

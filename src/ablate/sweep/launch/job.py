@@ -1,0 +1,22 @@
+"""One job of a sweep run in this process, as Hydra's BasicLauncher runs each job: used by the process
+launcher for jobs planned as skipped, and by the worker (worker.py) in each job's process."""
+
+from __future__ import annotations
+
+
+def run_here(hydra_context, task_function, config, num: int, overrides: list):
+    """Compose job `num`'s config and run it in this process (what BasicLauncher does per job)."""
+    from hydra.core.utils import run_job
+    from omegaconf import open_dict
+
+    sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.id = num
+        sweep_config.hydra.job.num = num
+    return run_job(
+        hydra_context=hydra_context,
+        task_function=task_function,
+        config=sweep_config,
+        job_dir_key="hydra.sweep.dir",
+        job_subdir_key="hydra.sweep.subdir",
+    )

@@ -1,0 +1,233 @@
+"""The launcher's side of the warm worker (worker.py): start it, hand it jobs, hear how they ended.
+
+One worker serves a whole launch, and every later launch of the same launcher (an Optuna study's
+batches): it pays for importing torch, Hydra, the project and MLflow once, and forks a process per
+job. Where the platform cannot fork (worker.can_fork), each job gets a worker of its own.
+
+The sweep callback starts the worker as soon as the sweep begins (`prestart`), so that its imports
+overlap the sweep's plan in the launching process; the launcher then takes it over (`take`).
+
+The worker is started with OPENBLAS_NUM_THREADS=1, so that numpy starts no thread pool in a process
+that will fork (worker.py says why), and OMP_NUM_THREADS=1, which each job raises to its share.
+Messages to it are written by a thread: a launch spec larger than the pipe's buffer would
+otherwise stall the launcher until the worker has finished importing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ablate.sweep.launch.worker import Lines, can_fork
+
+WORKER_LOG = "worker.log"
+_PRESTARTED: dict[str | None, Pool] = {}  # tracking URI -> a pool whose worker is booting
+
+
+@dataclass
+class Exited:
+    num: int
+    code: int | None  # None: the worker itself died under the job
+    pid: int | None = None
+
+
+@dataclass
+class Pool:
+    mlflow_uri: str | None
+    work: Path | None = None  # SWEEP_DIR/.launcher, for the logs; None until a launch says
+    fork: bool = field(default_factory=can_fork)
+    workers: list = field(default_factory=list)  # [_Worker]; one when forking
+    spec: bytes | None = None
+    running: dict = field(default_factory=dict)  # num -> _Worker
+
+    def start(self) -> Pool:
+        """Start the (forking) worker now, so that it imports while this process does other work."""
+        if self.fork and not self.workers:
+            self.workers = [_Worker.start(self.mlflow_uri, self.fork)]
+        return self
+
+    def set_work(self, work: Path) -> None:
+        """Where the jobs' logs and the worker's own go (SWEEP_DIR/.launcher)."""
+        self.work = work
+        for w in self.workers:
+            w.log_to(work / WORKER_LOG)
+
+    def set_spec(self, payload: bytes) -> None:
+        """The launch spec for the jobs that follow (cloudpickled by the launcher, sent through the pipe)."""
+        self.spec = payload
+        for w in self.workers:
+            w.send({"cmd": "spec", "pickle": base64.b64encode(payload).decode()})
+
+    def submit(self, num: int, overrides: list, threads: int, log: Path, result: Path) -> None:
+        worker = self._worker(num)
+        worker.send(
+            {
+                "cmd": "run",
+                "num": num,
+                "overrides": overrides,
+                "threads": threads,
+                "log": str(log),
+                "result": str(result),
+            }
+        )
+        worker.jobs.add(num)
+        self.running[num] = worker
+
+    def wait(self, timeout: float) -> list[Exited]:
+        """Jobs that ended within `timeout` seconds (possibly none)."""
+        if not self.running:
+            return []
+        live = {w.lines.fd: w for w in set(self.running.values())}
+        ready, _, _ = select.select(list(live), [], [], timeout)
+        ended = []
+        for fd in ready:
+            ended += live[fd].read()
+        for e in ended:
+            self.running.pop(e.num, None)
+        if not self.fork:  # a one-job worker is done with its job
+            self.workers = [w for w in self.workers if w.jobs]
+        return ended
+
+    def signal(self, nums, signum: int) -> None:
+        for num in nums:
+            worker = self.running.get(num)
+            if worker is not None:
+                worker.send({"cmd": "signal", "num": num, "signal": int(signum)})
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Tell every worker to stop (its running jobs get SIGTERM), then make sure it has."""
+        for w in self.workers:
+            w.close(timeout_s)
+        self.workers = []
+        self.running = {}
+
+    def _worker(self, num: int) -> _Worker:
+        if self.fork and self.workers and self.workers[0].alive():
+            return self.workers[0]
+        worker = _Worker.start(self.mlflow_uri, self.fork)
+        if self.work is not None:
+            worker.log_to(self.work / (WORKER_LOG if self.fork else f"worker-{num}.log"))
+        if self.spec is not None:
+            worker.send({"cmd": "spec", "pickle": base64.b64encode(self.spec).decode()})
+        self.workers = [w for w in self.workers if w.alive() or w.jobs] + [worker]
+        return worker
+
+
+def prestart(mlflow_uri: str | None) -> None:
+    """Start a sweep's worker before the sweep's plan is made (sweep/callback.py): the two overlap."""
+    if can_fork() and mlflow_uri not in _PRESTARTED:
+        _PRESTARTED[mlflow_uri] = Pool(mlflow_uri).start()
+
+
+def take(mlflow_uri: str | None, work: Path) -> Pool:
+    """The pool prestarted for this tracking URI (closing any other), else a new one."""
+    pool = _PRESTARTED.pop(mlflow_uri, None) or Pool(mlflow_uri)
+    for other in _PRESTARTED.values():
+        other.close()
+    _PRESTARTED.clear()
+    pool.set_work(work)
+    return pool
+
+
+class _Worker:
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.lines = Lines(proc.stdout.fileno())
+        self.jobs: set[int] = set()
+        self.ready: dict | None = None
+        self.pids: dict[int, int] = {}
+        self.outbox: queue.Queue = queue.Queue()
+        self.writer = threading.Thread(target=self._write, name="ablate-worker-pipe", daemon=True)
+        self.writer.start()
+
+    @classmethod
+    def start(cls, mlflow_uri: str | None, fork: bool) -> _Worker:
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        args = [sys.executable, "-m", "ablate.sweep.launch.worker", str(os.getpid())]
+        args += ["--mlflow", mlflow_uri] if mlflow_uri else []
+        args += [] if fork else ["--no-fork"]
+        # Its own session: a terminal's Ctrl-C reaches the launcher only, which stops the jobs itself.
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        return cls(proc)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_to(self, path: Path) -> None:
+        self.send({"cmd": "log", "path": str(path)})
+
+    def send(self, msg: dict) -> None:
+        self.outbox.put((json.dumps(msg) + "\n").encode())
+
+    def _write(self) -> None:
+        while True:
+            data = self.outbox.get()
+            if data is None:
+                break
+            try:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError, OSError):  # the worker is gone; wait() reports its jobs
+                break
+        try:
+            self.proc.stdin.close()  # end of input: the worker sends SIGTERM to its jobs and exits
+        except (BrokenPipeError, OSError):
+            pass
+
+    def read(self) -> list[Exited]:
+        ended = []
+        for event in self.lines.read():
+            kind = event.get("event")
+            if kind == "ready":
+                self.ready = event
+            elif kind == "started":
+                self.pids[event["num"]] = event["pid"]
+            elif kind == "exited":
+                self.jobs.discard(event["num"])
+                ended.append(Exited(event["num"], event["code"], event["pid"]))
+        if self.lines.eof:  # the worker has ended: a one-job worker's exit status is its job's
+            code = self.proc.wait()
+            one_job = self.ready is not None and not self.ready["fork"]
+            for num in sorted(self.jobs):
+                ended.append(Exited(num, code if one_job else None, self.proc.pid))
+            self.jobs.clear()
+        return ended
+
+    def close(self, timeout_s: float) -> None:
+        self.outbox.put(None)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # its jobs get SIGTERM from the kernel (PR_SET_PDEATHSIG), then:
+            self.proc.wait()
+            for pid in self.pids.values():
+                _kill(pid)
+        self.writer.join(timeout=1.0)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def wait_all(pool: Pool, nums: set[int], timeout_s: float) -> list[Exited]:
+    """Wait until the jobs `nums` have ended or `timeout_s` has passed; returns those that ended."""
+    deadline = time.monotonic() + timeout_s
+    ended = []
+    while nums - {e.num for e in ended} and time.monotonic() < deadline:
+        ended += pool.wait(max(0.0, min(0.5, deadline - time.monotonic())))
+    return ended

@@ -1,0 +1,237 @@
+"""Run a sweep's jobs as separate processes on this machine: one at a time, or several at once.
+
+Hydra hands the launcher each job's overrides (hydra_plugins/ablate_launcher/process_launcher.py).
+The jobs run in processes forked from one warm worker (worker.py, driven through pool.py) that has
+imported torch, Hydra, the project and MLflow once: each job composes its own config and calls
+Hydra's `run_job` with the same hydra context, task function and Hydra singletons as this process,
+the way a SLURM job does under hydra-submitit-launcher. Nothing about a run's result depends on
+this module: results, skips and resumes are decided inside each job (train.run), and the summary
+reads the job directories.
+
+Why processes: each run gets its own thread pool (workers x threads_per_job <= cores), and a
+crashed or killed job is one failed row, not a dead sweep. On 2 cores, 2 runs x 1 thread beat
+1 run x 2 threads: tiny models' matmuls scale poorly across threads.
+
+Ctrl-C (or any exception here) stops the running jobs with SIGTERM, which they turn into a
+checkpoint at their next step boundary and a KILLED (resumable) MLflow run, then SweepInterrupted
+says in one line what was stopped; the same command resumes the sweep.
+
+Files, in SWEEP_DIR/.launcher/: per job `<num>.log` (its stdout and stderr) and
+`<num>.return.json` (Hydra's JobReturn, returns.py), and worker.log (the worker's own output).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ablate.files import read_json, write_json
+from ablate.host import available_cores
+from ablate.run import progress
+from ablate.sweep.context import read_sweep_file
+from ablate.sweep.launch.job import run_here
+from ablate.sweep.launch.pool import Exited, Pool, take, wait_all
+from ablate.sweep.launch.returns import from_json
+from ablate.sweep.launch.settings import ProcessSettings
+
+log = logging.getLogger(__name__)
+
+WORK_DIR = ".launcher"
+RETURN_SUFFIX = ".return.json"
+POLL_S = 1.0  # the longest a launcher waits for news before it checks for Ctrl-C again
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """The launcher was interrupted and has stopped its jobs; the message says what is resumable."""
+
+
+@dataclass
+class Resources:
+    workers: int
+    threads: int
+
+
+@dataclass
+class Job:
+    num: int
+    overrides: list
+    cost: float = 0.0
+    in_process: bool = False  # planned as skipped: even a forked process would cost more than the job
+    job_dir: str | None = None  # from the plan (BasicSweeper's sweeps)
+    started: float = 0.0  # time.time() when it was handed to the worker
+
+    def path(self, work: Path, suffix: str) -> Path:
+        return work / f"{self.num}{suffix}"
+
+
+def resources(settings: ProcessSettings, n_jobs: int, cores: int) -> Resources:
+    """Workers (never more than jobs) and threads per job so that workers x threads <= cores; the
+    settings come checked from settings.parse_process_settings."""
+    workers = max(1, min(settings.workers or cores, n_jobs))
+    threads = settings.threads_per_job or max(1, cores // workers)
+    return Resources(workers, threads)
+
+
+def launch(
+    hydra_context,
+    task_function,
+    config,
+    job_overrides: Sequence[Sequence[str]],
+    initial_job_idx: int,
+    settings: ProcessSettings,
+    pool: Pool | None = None,
+) -> list:
+    """Hydra's Launcher.launch: run every job, return their JobReturns in job order.
+
+    `pool`: a warm worker kept from an earlier launch of the same launcher (an Optuna study's
+    batches); without one, this launch starts its own and closes it at the end."""
+    from hydra.core.utils import configure_log, setup_globals
+
+    setup_globals()
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    work = sweep_dir / WORK_DIR
+    work.mkdir(parents=True, exist_ok=True)
+    jobs = [Job(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
+    _read_plan(jobs, sweep_dir)
+    # Longest first (LPT): with uneven runs the last worker to finish idles least.
+    queue = sorted((j for j in jobs if not j.in_process), key=lambda j: -j.cost)
+    res = resources(settings, len(queue), available_cores())
+    log.info(f"Launching {len(jobs)} jobs, {res.workers} at a time, {res.threads} thread(s) each (logs in {work})")
+    returns = {j.num: run_in_process(j, hydra_context, task_function, config) for j in jobs if j.in_process}
+    if queue:
+        own = pool is None
+        pool = pool or take(tracking_uri(config), work)
+        try:
+            pool.set_spec(spec(hydra_context, task_function, config))
+            returns.update(run_pool(queue, res, pool, work, settings.stop_timeout_s))
+        finally:
+            if own:
+                pool.close()
+    return [returns[j.num] for j in jobs]
+
+
+def tracking_uri(config) -> str | None:
+    """The sweep's MLflow URI, for the worker to load that store's code; None without tracking."""
+    from omegaconf import OmegaConf
+
+    try:
+        tracking = OmegaConf.to_container(config.tracking, resolve=True)
+    except Exception:  # only a hint of what to preload: a job that needs more imports it
+        return None
+    return str(tracking.get("uri")) if tracking.get("backend") == "mlflow" else None
+
+
+def run_pool(queue: list[Job], res: Resources, pool: Pool, work: Path, stop_timeout_s: float) -> dict:
+    """Keep `res.workers` jobs going until the queue is empty; {num: JobReturn}."""
+    returns: dict = {}
+    running: dict[int, Job] = {}
+    try:
+        while queue or running:
+            while queue and len(running) < res.workers:
+                job = queue.pop(0)
+                start(job, pool, work, res.threads)
+                running[job.num] = job
+            for ended in pool.wait(POLL_S):
+                job = running.pop(ended.num)
+                returns[job.num] = collect(job, work, ended)
+    except BaseException as exc:  # Ctrl-C, or the launcher itself failing: no job is left behind
+        progress.quiet()  # the sweep's live line says nothing more: one line says how it ended
+        stopped = stop(pool, running, stop_timeout_s)
+        if isinstance(exc, KeyboardInterrupt):
+            raise SweepInterrupted(
+                f"{stopped} running job(s) stopped (checkpointed, KILLED in MLflow), {len(queue)} not started, "
+                f"{len(returns)} ended before; launch the same command again to resume"
+            ) from None
+        raise
+    return returns
+
+
+def spec(hydra_context, task_function, config) -> bytes:
+    """Everything a job needs besides its overrides, cloudpickled once per launch. It goes to the
+    worker through its stdin pipe: no file in the sweep dir is ever unpickled."""
+    import cloudpickle
+    from hydra.core.singleton import Singleton
+
+    return cloudpickle.dumps(
+        {
+            "hydra_context": hydra_context,
+            "task_function": task_function,
+            "config": config,
+            "singletons": Singleton.get_state(),
+        }
+    )
+
+
+def _read_plan(jobs: list[Job], sweep_dir: Path) -> None:
+    """Each job's estimated training FLOPs, and whether it is expected to be skipped, from the plan
+    SweepCallback wrote (absent: all equal, all in their own process). Only speed depends on it:
+    every job still decides for itself whether to run."""
+    plan = {p["num"]: p for p in read_sweep_file(sweep_dir).get("plan", [])}
+    for job in jobs:
+        planned = plan.get(job.num, {})
+        job.in_process = planned.get("action") in ("skip", "unsupported")
+        job.cost = 0.0 if job.in_process else planned.get("cost_flops") or 0.0
+        job.job_dir = planned.get("job_dir")
+
+
+def run_in_process(job: Job, hydra_context, task_function, config):
+    """A job planned as skipped runs here, as Hydra's BasicLauncher would run it (it only writes
+    its result.json); should it turn out to need training after all, it trains here."""
+    from hydra.core.utils import configure_log, filter_overrides
+
+    log.info(f"\t#{job.num} : {' '.join(filter_overrides(job.overrides))} (expected to be skipped: in this process)")
+    try:
+        return run_here(hydra_context, task_function, config, job.num, job.overrides)
+    finally:
+        configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+
+
+def start(job: Job, pool: Pool, work: Path, threads: int) -> None:
+    from hydra.core.utils import filter_overrides
+
+    log.info(f"\t#{job.num} : {' '.join(filter_overrides(job.overrides))}")
+    job.path(work, RETURN_SUFFIX).unlink(missing_ok=True)
+    job.started = time.time()
+    pool.submit(job.num, job.overrides, threads, job.path(work, ".log"), job.path(work, RETURN_SUFFIX))
+
+
+def collect(job: Job, work: Path, ended: Exited):
+    """The job's JobReturn; a process that died before returning (killed, crashed) becomes a failed
+    row, not an exception, so that the sweep goes on and its summary reports it."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    doc = read_json(job.path(work, RETURN_SUFFIX), None)
+    if isinstance(doc, dict):
+        return from_json(doc)
+    if ended.code is None:
+        how = "the worker it was forked from died"
+    elif ended.code < 0:
+        how = f"the job's process was killed by {signal.Signals(-ended.code).name}"
+    else:
+        how = f"the job's process exited with code {ended.code}"
+    reason = f"{how} before returning (log: {job.path(work, '.log')})"
+    log.warning(f"#{job.num}: {reason}")
+    record = {"status": "failed", "reason": reason}
+    result = Path(job.job_dir) / "result.json" if job.job_dir else None
+    if result is not None and not (result.is_file() and result.stat().st_mtime >= job.started):
+        write_json(result, record)  # the summary's row says what ended it, not just "missing"
+    ret = JobReturn(overrides=job.overrides, status=JobStatus.COMPLETED)
+    ret.return_value = record
+    return ret
+
+
+def stop(pool: Pool, running: dict, timeout_s: float) -> int:
+    """SIGTERM the running jobs (each checkpoints at its next step and records itself KILLED), then
+    SIGKILL those still running after `timeout_s`. Returns how many were running."""
+    nums = set(running)
+    pool.signal(nums, signal.SIGTERM)
+    ended = {e.num for e in wait_all(pool, nums, timeout_s)}
+    if nums - ended:
+        pool.signal(nums - ended, signal.SIGKILL)
+        wait_all(pool, nums - ended, 10.0)
+    return len(nums)

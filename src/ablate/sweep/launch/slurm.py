@@ -1,0 +1,399 @@
+"""`hydra/launcher=slurm`: a multirun as one SLURM job array, through submitit.
+
+In the launching process (`launch`):
+  1. resources: hydra.launcher's settings, with GPUs and CPUs taken from the hardware config
+     unless given (`resources`);
+  2. one job array (submitit's map_array); SWEEP_DIR/jobs.json records the job ids, and each
+     run dir gets `slurm.log`, a link to its job's log;
+  3. wait for every job, with a progress bar;
+  4. a job that ended without a result (killed, out of memory, node failure, cancelled) gets a
+     result.json that says so, and any of the sweep's MLflow runs still RUNNING is marked FAILED;
+  5. every job comes back to Hydra as completed: the sweep summary reads each run's result.json,
+     shows the failed ones, and `python -m ablate` exits 1 when there is any.
+
+In the job (`JobRunner`): the Hydra job runs as under the basic launcher, with torch threads set
+to the CPUs the job was given. A run that failed raises after it has been recorded, so SLURM
+accounting shows the task FAILED too. On USR2 the trainer checkpoints (src/ablate/preemption.py)
+and submitit requeues the job; the requeued job runs the same Hydra job, which resumes.
+
+Why not hydra-submitit-launcher 1.2.0: tried against the local cluster, a job killed by a signal
+made its launching process raise before the sweep's end callback, so there was no summary and
+the dead run stayed RUNNING in MLflow; a run that raised ended COMPLETED in sacct (hydra#1928).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ablate.config import ConfigError, build
+from ablate.files import write_json
+from ablate.sweep.context import read_sweep_file
+from ablate.tracking.tags import REASON_TAG, SWEEP_TAG
+
+JOBS_FILE = "jobs.json"
+LOG_LINK = "slurm.log"
+FAILED_STATUSES = ("failed", "killed")
+
+
+@dataclass
+class LauncherSettings:
+    """hydra.launcher for slurm.yaml and submitit_local.yaml (see those files for each key)."""
+
+    cluster: Literal["slurm", "local"] = "slurm"
+    submitit_folder: str = ".submitit/%j"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    timeout_min: int = 60
+    gpus_per_task: int | None = None
+    cpus_per_task: int | None = None
+    mem_gb: float | None = None
+    array_parallelism: int = 256
+    max_num_timeout: int = 3
+    signal_delay_s: int = 120
+    job_name: str = "ablate"
+    driver_timeout_min: int | None = None
+    python: str | None = None
+    setup: list = field(default_factory=list)
+    additional_parameters: dict = field(default_factory=dict)
+    poll_s: float = 5.0
+
+    def validate(self) -> None:
+        for key in ("timeout_min", "array_parallelism", "poll_s", "driver_timeout_min"):
+            _check(key, getattr(self, key), minimum=1)
+        for key in ("max_num_timeout", "signal_delay_s", "gpus_per_task"):
+            _check(key, getattr(self, key), minimum=0)
+        _check("cpus_per_task", self.cpus_per_task, minimum=1)
+        if self.mem_gb is not None and self.mem_gb <= 0:
+            raise ConfigError(
+                f"hydra.launcher.mem_gb={self.mem_gb} must be positive (valid: > 0, or null for the cluster's default)"
+            )
+        if self.signal_delay_s >= self.timeout_min * 60:
+            raise ConfigError(
+                f"hydra.launcher.signal_delay_s={self.signal_delay_s} is not shorter than the time limit "
+                f"({self.timeout_min} min) (valid: < {self.timeout_min * 60})"
+            )
+
+
+def _check(key: str, value, minimum: int) -> None:
+    if value is not None and value < minimum:
+        raise ConfigError(f"hydra.launcher.{key}={value} is too small (valid: >= {minimum})")
+
+
+def parse_settings(params: dict) -> LauncherSettings:
+    from omegaconf import OmegaConf
+
+    plain = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for k, v in params.items()}
+    plain.pop("_target_", None)
+    settings = build(LauncherSettings, plain, "hydra.launcher")
+    settings.validate()
+    return settings
+
+
+@dataclass
+class Resources:
+    gpus_per_task: int
+    cpus_per_task: int
+    threads: int  # torch threads in the job: its CPUs (split across DDP ranks by distributed.py)
+
+
+def resources(settings: LauncherSettings, hardware: dict) -> Resources:
+    """GPUs: hardware.gpus_per_node when the hardware is a CUDA device (hardware=cuda, h100, ...),
+    else none; CPUs: one per training process (one per GPU, or hardware.gpus_per_node gloo
+    processes on a CPU). hydra.launcher.gpus_per_task / cpus_per_task override both."""
+    device = hardware.get("device")
+    per_node = int(hardware.get("gpus_per_node") or 1)
+    gpus = settings.gpus_per_task if settings.gpus_per_task is not None else (per_node if device == "cuda" else 0)
+    processes = max(1, gpus) if device == "cuda" else (per_node if device == "cpu" else 1)
+    cpus = settings.cpus_per_task or processes
+    return Resources(gpus_per_task=gpus, cpus_per_task=cpus, threads=cpus)
+
+
+def executor_for(settings: LauncherSettings, res: Resources, folder: Path):
+    import submitit
+
+    cluster = settings.cluster
+    python = settings.python or sys.executable
+    executor = submitit.AutoExecutor(
+        folder=folder,
+        cluster=cluster,
+        **{f"{cluster}_max_num_timeout": settings.max_num_timeout, f"{cluster}_python": python},
+    )
+    params: dict[str, Any] = {
+        "name": settings.job_name,
+        "timeout_min": settings.timeout_min,
+        "cpus_per_task": res.cpus_per_task,
+        "stderr_to_stdout": True,
+    }
+    if settings.mem_gb is not None:
+        params["mem_gb"] = settings.mem_gb
+    if cluster == "slurm":
+        for key in ("partition", "account", "qos", "constraint"):
+            if getattr(settings, key):
+                params[f"slurm_{key}"] = getattr(settings, key)
+        if res.gpus_per_task:
+            params["slurm_gpus_per_task"] = res.gpus_per_task
+        params.update(
+            slurm_array_parallelism=settings.array_parallelism,
+            slurm_signal_delay_s=settings.signal_delay_s,
+            slurm_additional_parameters=dict(settings.additional_parameters),
+            slurm_setup=list(settings.setup),
+        )
+    else:
+        params["gpus_per_node"] = res.gpus_per_task
+        if settings.setup:
+            params["local_setup"] = list(settings.setup)
+    executor.update_parameters(**params)
+    return executor
+
+
+# -- in the job ----------------------------------------------------------------------------
+class JobRunner:
+    """What each array task runs (cloudpickled by submitit): one Hydra job."""
+
+    def __init__(self, hydra_context, task_function, config, singleton_state: dict, threads: int):
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+        self.config = config
+        self.singleton_state = singleton_state
+        self.threads = threads
+
+    def __call__(self, overrides: list, num: int):
+        import submitit
+        import torch
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import JobStatus, run_job, setup_globals
+        from omegaconf import open_dict
+
+        Singleton.set_state(self.singleton_state)
+        setup_globals()
+        torch.set_num_threads(self.threads)
+        os.environ["OMP_NUM_THREADS"] = str(self.threads)
+        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = submitit.JobEnvironment().job_id
+            sweep_config.hydra.job.num = num
+        ret = run_job(
+            hydra_context=self.hydra_context,
+            task_function=self.task_function,
+            config=sweep_config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+        if ret.status == JobStatus.FAILED:
+            raise ret._return_value  # the task itself crashed (it records ordinary failures)
+        value = ret.return_value
+        if isinstance(value, dict) and value.get("status") in FAILED_STATUSES:
+            raise RunFailed(f"run {value.get('status')}: {value.get('reason', '')}")
+        return value
+
+    def checkpoint(self, *args: Any) -> Any:
+        """submitit calls this on USR2: run the same job again (it resumes from its checkpoint)."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args)
+
+
+class RunFailed(RuntimeError):
+    """Raised in the job after a failed run was recorded, so that SLURM marks the task FAILED."""
+
+
+# -- in the launching process --------------------------------------------------------------
+@dataclass
+class Submitted:
+    num: int
+    overrides: list
+    run_dir: Path
+    job: Any
+
+
+def launch(
+    hydra_context,
+    task_function,
+    config,
+    job_overrides: Sequence[Sequence[str]],
+    initial_job_idx: int,
+    settings: LauncherSettings,
+) -> list:
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import setup_globals
+    from omegaconf import OmegaConf
+
+    setup_globals()
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    nums = [initial_job_idx + i for i in range(len(job_overrides))]
+    job_configs = [_job_config(hydra_context, config, ov, n) for ov, n in zip(job_overrides, nums, strict=False)]
+    res = _max_resources(settings, [OmegaConf.to_container(c.hardware, resolve=True) for c in job_configs])
+    folder = _folder(settings, sweep_dir)
+    executor = executor_for(settings, res, folder)
+    runner = JobRunner(hydra_context, task_function, config, Singleton.get_state(), res.threads)
+    jobs = executor.map_array(runner, [list(ov) for ov in job_overrides], nums)
+    submitted = [
+        Submitted(n, list(ov), _run_dir(c), job)
+        for n, ov, c, job in zip(nums, job_overrides, job_configs, jobs, strict=False)
+    ]
+    _record(sweep_dir, settings, res, submitted)
+    array = str(jobs[0].job_id).split("_")[0]
+    print(
+        f"submitted {len(jobs)} job(s) to {settings.cluster} as {array} "
+        f"({res.cpus_per_task} CPU, {res.gpus_per_task} GPU, {settings.timeout_min} min each); "
+        f"`python -m ablate jobs {sweep_dir}` shows them",
+        file=sys.stderr,
+    )
+    try:
+        _wait(jobs, settings.poll_s)
+    except KeyboardInterrupt:
+        print(f"stopped waiting; the jobs go on (scancel {array} stops them)", file=sys.stderr)
+        raise
+    returns = [_job_return(s, c) for s, c in zip(submitted, job_configs, strict=False)]
+    _fail_orphaned_runs(sweep_dir, submitted)
+    return returns
+
+
+def _job_config(hydra_context, config, overrides, num: int):
+    from omegaconf import open_dict
+
+    cfg = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+    with open_dict(cfg):
+        cfg.hydra.job.num = num
+        cfg.hydra.job.id = f"pending_{num}"
+    return cfg
+
+
+def _run_dir(cfg) -> Path:
+    return Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
+
+
+def _max_resources(settings: LauncherSettings, hardware: list[dict]) -> Resources:
+    """One array, one resource request: the largest any of its runs needs."""
+    each = [resources(settings, hw) for hw in hardware]
+    return Resources(
+        gpus_per_task=max(r.gpus_per_task for r in each),
+        cpus_per_task=max(r.cpus_per_task for r in each),
+        threads=max(r.threads for r in each),
+    )
+
+
+def _folder(settings: LauncherSettings, sweep_dir: Path) -> Path:
+    folder = Path(settings.submitit_folder)
+    return folder if folder.is_absolute() else sweep_dir / folder
+
+
+def _record(sweep_dir: Path, settings: LauncherSettings, res: Resources, submitted: list[Submitted]) -> None:
+    """SWEEP_DIR/jobs.json (appended to, one entry per array) and a log link in each run dir."""
+
+    path = sweep_dir / JOBS_FILE
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        record = {"arrays": []}
+    record["arrays"].append(
+        {
+            "cluster": settings.cluster,
+            "submitted_at": time.time(),
+            "resources": {
+                "cpus_per_task": res.cpus_per_task,
+                "gpus_per_task": res.gpus_per_task,
+                "timeout_min": settings.timeout_min,
+                "partition": settings.partition,
+            },
+            "jobs": [
+                {
+                    "num": s.num,
+                    "job_id": str(s.job.job_id),
+                    "overrides": s.overrides,
+                    "run_dir": os.path.relpath(s.run_dir, sweep_dir),
+                    "log": os.path.relpath(s.job.paths.stdout, sweep_dir),
+                }
+                for s in submitted
+            ],
+        }
+    )
+    write_json(path, record)
+    for s in submitted:
+        s.run_dir.mkdir(parents=True, exist_ok=True)
+        link = s.run_dir / LOG_LINK
+        link.unlink(missing_ok=True)
+        link.symlink_to(os.path.relpath(s.job.paths.stdout, s.run_dir))
+
+
+def _wait(jobs: list, poll_s: float) -> None:
+    from tqdm import tqdm
+
+    left = set(range(len(jobs)))
+    with tqdm(total=len(jobs), desc="jobs done", unit="job", file=sys.stderr, dynamic_ncols=True) as bar:
+        while left:
+            for i in sorted(left):
+                if jobs[i].done():
+                    left.discard(i)
+                    bar.update(1)
+            if left:
+                time.sleep(poll_s)
+
+
+def _job_return(s: Submitted, cfg):
+    """Hydra's record of one job. Always COMPLETED: what happened to the run is in its result.json."""
+
+    from hydra.core.utils import JobReturn, JobStatus
+
+    outcome = _outcome(s)
+    result_path = s.run_dir / "result.json"
+    try:
+        value = json.loads(result_path.read_text())
+    except (OSError, ValueError):
+        value = None
+    if outcome is not None and (
+        value is None or value.get("status") not in ("failed", "unsupported", "skipped", "finished")
+    ):
+        # Died without recording an ending (a stale "killed" from a requeued attempt included).
+        value = {**(value or {}), "status": "failed", "reason": outcome}
+
+        write_json(result_path, value)
+    ret = JobReturn(overrides=s.overrides, cfg=cfg, hydra_cfg=cfg, working_dir=str(s.run_dir))
+    ret.status = JobStatus.COMPLETED
+    ret.return_value = value
+    return ret
+
+
+def _outcome(s: Submitted) -> str | None:
+    """None when the job function returned; otherwise one line on how the job ended."""
+    job = s.job
+    if job.paths.result_pickle.exists():
+        try:
+            job.result()
+            return None
+        except Exception as exc:
+            last = [ln for ln in str(exc).splitlines() if ln.strip()]
+            return f"job {job.job_id} raised: {last[-1] if last else type(exc).__name__} (log: {s.run_dir / LOG_LINK})"
+    return f"job {job.job_id} ended {job.state} without a result (log: {s.run_dir / LOG_LINK})"
+
+
+def _fail_orphaned_runs(sweep_dir: Path, submitted: list[Submitted]) -> None:
+    """Every job has ended, so a run of this sweep still RUNNING in MLflow lost its process."""
+
+    info = read_sweep_file(sweep_dir)
+    if not info.get("tracking_uri") or not info.get("sweep_id"):
+        return
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=info["tracking_uri"])
+    runs = client.search_runs(
+        [info["experiment_id"]],
+        filter_string=f"tags.`{SWEEP_TAG}` = '{info['sweep_id']}' and attributes.status = 'RUNNING'",
+    )
+    for run in runs:
+        if run.info.run_id == info.get("parent_run_id"):
+            continue
+        reason = "its job ended without finishing the run (see `python -m ablate jobs`)"
+        client.set_tag(run.info.run_id, REASON_TAG, reason)
+        client.set_terminated(run.info.run_id, status="FAILED")
+        print(f"marked MLflow run {run.info.run_id} FAILED: {reason}", file=sys.stderr)

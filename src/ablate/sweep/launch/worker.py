@@ -1,0 +1,372 @@
+"""The warm worker of the process launchers, started by pool.py:
+`python -m ablate.sweep.launch.worker PARENT_PID [--mlflow URI] [--no-fork]`.
+
+It imports torch, Hydra, the project (and MLflow when the sweep tracks) once, then forks one child
+per job: a job starts with every module already loaded (copy-on-write pages, nothing imported
+again), yet it is still a process of its own, so a crash or a kill is one failed row, its threads
+are set before its first torch op, and all of its memory goes back when it exits.
+
+Forking is safe here because nothing in this process has started a thread pool: torch's OpenMP
+pool starts at the first parallel op, which only ever runs in a job; OpenBLAS is held to one thread
+(OPENBLAS_NUM_THREADS=1, set by pool.py) so numpy starts none; the one other thread, pyarrow's
+jemalloc background thread (imported with MLflow), is fork-safe by design (jemalloc's own atfork
+handlers). tests/sweep/test_pool.py checks the worker's threads.
+
+Where fork is not available or not safe after these imports (macOS, Windows), the worker runs the
+one job it is given in its own process and exits (pool.py starts one per job).
+
+Protocol: JSON lines on stdin (launcher -> worker) and on the inherited pipe that was stdout
+(worker -> launcher); the worker's own stdout and stderr go to its log file.
+    {"cmd": "log", "path"}               where the worker's own output goes from now on (until
+                                         then: the launcher's stderr; a worker started early, while
+                                         the sweep is still being checked, creates no file)
+    {"cmd": "spec", "pickle": BASE64}    the launch spec (Hydra context, task function, config),
+                                         cloudpickled by the launcher and sent through the pipe,
+                                         never through a file another process could replace
+    {"cmd": "run", "num", "overrides", "threads", "log", "result"}
+    {"cmd": "signal", "num", "signal"}   a job's process is signalled (SIGTERM, SIGKILL)
+    {"cmd": "exit"} or end of input      the jobs still running are sent SIGTERM; the worker exits
+    {"event": "ready", "pid", "threads": [names], "fork": bool}
+    {"event": "started", "num", "pid"}
+    {"event": "exited", "num", "pid", "code"}   code < 0: killed by signal -code
+
+A job leaves JOB_DIR/usage.json (CPU seconds, wall seconds, memory, the modules it had to import)
+and its JobReturn as JSON (`result`): the launcher never unpickles anything a job wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib
+import json
+import os
+import resource
+import selectors
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from ablate.files import write_json
+from ablate.host import die_with_parent, interrupt_on
+from ablate.sweep.context import USAGE_FILE
+from ablate.sweep.launch.job import run_here
+from ablate.sweep.launch.returns import to_json
+
+# What a job imports (a job's usage.json lists what it still had to import); loaded here once so
+# that no job pays for it. A name this torch or Hydra does not have is skipped.
+PRELOAD = (
+    "numpy",
+    "numpy.random",
+    "torch",
+    "torch.utils.serialization",
+    "torch.profiler._cupti_monitor",
+    "omegaconf",
+    "omegaconf._impl",
+    "hydra.core.utils",
+    "hydra.core.plugins",
+    "hydra._internal.logging_config",
+    "secrets",
+    "psutil",
+    "ablate.cli.train",
+    "ablate.cli.hooks",
+    "ablate.run.train",
+    "ablate.run.branches",
+    "ablate.run.watchdog",
+    "ablate.run.trainer",
+    "ablate.data.synthetic",
+    "ablate.data.cache",
+    "ablate.perf.hardware",
+    "ablate.search.trial",
+    "ablate.sweep.launch.job",
+    "ablate.sweep.launch.returns",
+)
+# With tracking=mlflow: the client, and the store that the URI names (a server, or a database
+# through SQLAlchemy's dialect for it, whose schema MLflow checks with alembic).
+PRELOAD_MLFLOW = ("mlflow.tracking", "mlflow.entities", "netrc")
+MLFLOW_SERVER = ("mlflow.store.tracking.rest_store",)
+MLFLOW_DATABASE = (
+    "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.store.tracking.sqlalchemy_workspace_store",
+    "alembic.command",
+    "alembic.config",
+)
+
+
+NO_FORK_ENV = "ABLATE_WORKER_FORK"  # "0": one fresh worker per job, as where fork is unavailable
+
+
+def can_fork() -> bool:
+    """Fork after importing torch is safe on Linux; macOS's system libraries are not fork-safe once
+    loaded, and Windows has no fork. ABLATE_WORKER_FORK=0 asks for a fresh process per job anyway
+    (a library that misbehaves after fork; the tests of that path)."""
+    return sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and os.environ.get(NO_FORK_ENV) != "0"
+
+
+def preload(mlflow_uri: str | None) -> list[str]:
+
+    names = list(PRELOAD)
+    if mlflow_uri:
+        scheme = mlflow_uri.split(":", 1)[0].split("+", 1)[0]  # postgresql+psycopg2 -> postgresql
+        names += PRELOAD_MLFLOW
+        if scheme in ("http", "https"):
+            names += MLFLOW_SERVER
+        else:
+            names += [*MLFLOW_DATABASE, f"sqlalchemy.dialects.{scheme}"]
+    loaded = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except ImportError:
+            pass
+    # Hydra finds its plugins by importing every module under hydra_plugins, and parses overrides
+    # with a generated ANTLR parser: both happen in every job unless done here (pure Python, no threads).
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()
+    OverridesParser.create().parse_overrides(["a=1", "b=x,y"])
+    return loaded
+
+
+def thread_names(pid: int | str = "self") -> list[str]:
+    """The names of a process's threads (Linux; [] elsewhere)."""
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return []
+    names = []
+    for task in tasks.iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:  # the thread ended while being listed
+            pass
+    return sorted(names)
+
+
+# -- the worker's loop ------------------------------------------------------------------------------
+
+
+class Lines:
+    """JSON lines read from a file descriptor with os.read, so that select() sees every message
+    that has not been handled (a buffered reader would hide the ones it has read ahead)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buffer, self.eof = fd, bytearray(), False
+
+    def read(self) -> list[dict]:
+        chunk = os.read(self.fd, 1 << 20)
+        if not chunk:
+            self.eof = True
+        self.buffer += chunk
+        *lines, rest = self.buffer.split(b"\n")
+        self.buffer = bytearray(rest)
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def serve(parent_pid: int, mlflow_uri: str | None, fork: bool) -> None:
+    die_with_parent(parent_pid)
+    # The launcher decides when jobs stop (it turns its Ctrl-C into SIGTERM for each job); a
+    # terminal's Ctrl-C must not end the worker under them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    events = os.fdopen(os.dup(1), "w", buffering=1)  # the pipe to the launcher
+    os.dup2(2, 1)  # anything printed here goes to the worker's log, not into the protocol
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    started = time.perf_counter()
+    loaded = preload(mlflow_uri)
+
+    def emit(event: dict) -> None:
+        events.write(json.dumps(event) + "\n")
+
+    emit(
+        {
+            "event": "ready",
+            "pid": os.getpid(),
+            "threads": thread_names(),
+            "fork": fork,
+            "preloaded": loaded,
+            "boot_s": time.perf_counter() - started,
+        }
+    )
+    commands = Lines(sys.stdin.fileno())
+    selector = selectors.DefaultSelector()
+    selector.register(commands.fd, selectors.EVENT_READ, "commands")
+    jobs: dict[int, tuple[int, int]] = {}  # num -> (pid, pidfd)
+    spec = None
+    closing = False
+    while not closing or jobs:
+        for key, _ in selector.select():
+            if key.data == "commands":
+                messages = commands.read()
+                if commands.eof:
+                    messages.append({"cmd": "exit"})
+                    selector.unregister(commands.fd)
+                for msg in messages:
+                    cmd = msg.get("cmd")
+                    if cmd == "log":
+                        _redirect_errors(msg["path"])
+                    elif cmd == "spec":
+                        spec = _load_spec(base64.b64decode(msg["pickle"]))
+                    elif cmd == "run" and not closing:
+                        if not fork:
+                            emit({"event": "started", "num": msg["num"], "pid": os.getpid()})
+                            events.close()
+                            _job(spec, msg, started, parent_pid)  # never returns
+                        pid = _fork_job(spec, msg, events, selector, jobs)
+                        pidfd = os.pidfd_open(pid)
+                        selector.register(pidfd, selectors.EVENT_READ, msg["num"])
+                        jobs[msg["num"]] = (pid, pidfd)
+                        emit({"event": "started", "num": msg["num"], "pid": pid})
+                    elif cmd == "signal" and msg.get("num") in jobs:
+                        _signal(jobs[msg["num"]][0], int(msg["signal"]))
+                    elif cmd == "exit" and not closing:
+                        closing = True
+                        for pid, _ in jobs.values():  # the launcher is done or gone: no job outlives it
+                            _signal(pid, signal.SIGTERM)
+            else:
+                num = key.data
+                pid, pidfd = jobs.pop(num)
+                selector.unregister(pidfd)
+                os.close(pidfd)
+                _, status = os.waitpid(pid, 0)
+                emit({"event": "exited", "num": num, "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:  # it has just exited; its pidfd reports it
+        pass
+
+
+def _load_spec(payload: bytes) -> dict:
+    import cloudpickle
+
+    return cloudpickle.loads(payload)
+
+
+def _fork_job(spec: dict, msg: dict, events, selector, jobs: dict) -> int:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    worker_pid = os.getpid()
+    pid = os.fork()
+    if pid:
+        return pid
+    # The child: none of the worker's descriptors (its pipes, the other jobs' pidfds) stay open in it.
+    events.close()
+    selector.close()
+    for _, pidfd in jobs.values():
+        os.close(pidfd)
+    _job(spec, msg, time.perf_counter(), worker_pid)
+
+
+def _job(spec: dict, msg: dict, started: float, parent_pid: int) -> None:
+    """Run one job in this process, then exit (never returns)."""
+    code = 1
+    try:
+        _redirect(msg["log"])
+        if os.getpgid(0) != os.getpid():  # (a one-job worker leads its own session already)
+            os.setpgid(0, 0)  # its own process group: a terminal's Ctrl-C reaches the launcher, which stops it
+        die_with_parent(parent_pid)
+        interrupt_on(signal.SIGTERM, signal.SIGINT)
+        modules_before = set(sys.modules)
+        _set_threads(int(msg["threads"]))
+        ret = run_one(spec, msg["num"], msg["overrides"])
+        imported = sorted(set(sys.modules) - modules_before)
+        if ret.hydra_cfg is not None:
+            write_usage(Path(ret.hydra_cfg.hydra.runtime.output_dir), time.perf_counter() - started, imported)
+        write_return(Path(msg["result"]), ret)
+        code = 0
+    except SystemExit as exc:  # fail() has printed its one line; a Requeued run is resumable
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed or broken stream: nothing more to say
+                pass
+        os._exit(code)  # the worker's exit handlers are the worker's, not this job's
+
+
+def _redirect(log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+
+
+def _redirect_errors(log: str) -> None:
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _set_threads(n: int) -> None:
+    """This job's share of the cores, before its first torch op starts the OpenMP pool; the
+    variables reach the processes it starts (DDP helper ranks)."""
+    import torch
+
+    torch.set_num_threads(n)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n)
+
+
+def write_usage(job_dir: Path, wall_s: float, imported: list[str]) -> None:
+    """JOB_DIR/usage.json: the CPU time this job's process used, and the modules it imported
+    (a warm worker should leave it almost nothing to import). On a shared machine wall time says
+    little; CPU seconds / cores is what the sweep takes on idle cores."""
+
+    own, helpers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = own.ru_utime + own.ru_stime + helpers.ru_utime + helpers.ru_stime
+    top = sorted({m.split(".")[0] for m in imported})
+    write_json(
+        job_dir / USAGE_FILE,
+        {
+            "cpu_s": cpu,
+            "wall_s": wall_s,
+            "max_rss_mb": own.ru_maxrss / 1024,
+            "imported": len(imported),
+            "packages": top,
+        },
+    )
+
+
+def run_one(spec: dict, num: int, overrides: list):
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import setup_globals
+
+    Singleton.set_state(spec["singletons"])
+    setup_globals()
+    return run_here(spec["hydra_context"], spec["task_function"], spec["config"], num, overrides)
+
+
+def write_return(path: Path, ret) -> None:
+
+    write_json(path, to_json(ret))
+
+
+def main(argv: list[str]) -> None:
+
+    parser = argparse.ArgumentParser(prog="python -m ablate.sweep.launch.worker")
+    parser.add_argument("parent_pid", type=int)
+    parser.add_argument("--mlflow", default=None, help="the tracking URI whose client and store to preload")
+    parser.add_argument("--no-fork", action="store_true", help="run one job in this process, then exit")
+    args = parser.parse_args(argv)
+    serve(args.parent_pid, args.mlflow, fork=can_fork() and not args.no_fork)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,579 @@
+"""The end of a sweep as data and pictures: a table, three plots and a points file.
+
+Rows come from each job's result.json (a job skipped as already finished reports the figures of
+the MLflow run it points to). A job with a list budget (run/branches.py) is a trunk row and a row
+per cooldown branch (JOB/branches/KEY=BUDGET/result.json); the branches are ordinary points, the
+trunk is not. Files written to the sweep dir (and logged to the parent run):
+- summary.md / summary.json: the table; the rows;
+- loss_vs_flops.png: validation loss against training FLOPs for every run (Kaplan et al. 2020,
+  fig. 1; Hoffmann et al. 2022, fig. 2: the envelope of these curves is Chinchilla approach 1);
+- final_loss.png: final validation loss against parameters and against training tokens, log-log,
+  one line per value of the other swept keys (Kaplan's L(N) and L(D); across FLOP budgets, the
+  iso-FLOP curves of Chinchilla approach 2);
+- points.csv: params, tokens, loss, flops, params_non_embedding, train_s, entropy_floor, run_id: the
+  input of ablate fit (the floor keeps the fitted irreducible loss above what the data allow).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ablate.config import CONF_DIR
+from ablate.files import save_figure, write_json, write_text
+from ablate.model.accounting import recorded_mfu
+from ablate.run.result import BRANCHES_DIR
+
+# Override keys that set a run's size, and those that set how long it trains.
+SIZE_KEYS = ("model",)
+BUDGET_KEYS = ("train.steps", "train.tokens", "train.flops")
+FAILED_STATUSES = ("failed", "killed", "missing")
+
+
+@dataclass
+class SweepSummary:
+    rows: list
+    failed: int
+    table: str
+    files: list = field(default_factory=list)
+
+
+def summarize(sweep_dir: Path, info: dict) -> SweepSummary:
+    dirs = job_dirs(sweep_dir)
+    overrides = [_overrides(d) for d in dirs]
+    common = set.intersection(*map(set, overrides)) if overrides else set()
+    rows = []
+    for d, ov in zip(dirs, overrides, strict=False):
+        varying = [o for o in ov if o not in common]
+        rows.extend(
+            _rows(d, " ".join(varying) or d.name, dict(o.lstrip("+~").split("=", 1) for o in varying if "=" in o))
+        )
+    uri = info.get("tracking_uri")
+    _fill_from_mlflow(rows, uri)
+    _drop_impossible_mfus(rows)
+    _compare_to_baseline(rows)
+    _add_profiles(rows, sweep_dir)
+    table = format_table(rows, info.get("name", "sweep"))
+    files = [
+        write_json(sweep_dir / "summary.json", {"sweep_id": info.get("sweep_id"), "runs": rows}),
+        write_text(sweep_dir / "summary.md", table + "\n"),
+        write_text(sweep_dir / "points.csv", points_csv(rows)),
+    ]
+    curves = _curves(rows, uri)
+    for plot in (
+        plot_loss_vs_flops(rows, curves, sweep_dir / "loss_vs_flops.png"),
+        plot_final_loss(rows, sweep_dir / "final_loss.png"),
+        plot_speed_memory(rows, sweep_dir / "speed_memory.png"),
+    ):
+        if plot:
+            files.append(plot)
+    failed = sum(r["status"] in FAILED_STATUSES for r in rows)
+    return SweepSummary(rows=rows, failed=failed, table=table, files=files)
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    return sorted((d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()), key=lambda d: int(d.name))
+
+
+def _rows(job_dir: Path, label: str, overrides: dict) -> list[dict]:
+    """The job's row; for a trunk, then a row per branch, labelled and keyed by its own budget."""
+    try:  # the process launchers record each job's CPU time (a trunk's includes its branches')
+        cpu_s = json.loads((job_dir / "usage.json").read_text())["cpu_s"]
+    except (OSError, ValueError, KeyError):
+        cpu_s = None
+    rows = [{**_row(job_dir, label, overrides, job_dir.name), "job_cpu_s": cpu_s}]
+    branches = job_dir / BRANCHES_DIR
+    if rows[0].get("kind") == "trunk" and branches.is_dir():
+        rows[0]["label"] = f"{label} (trunk)".strip()
+        for d in sorted((d for d in branches.iterdir() if "=" in d.name), key=_budget_order):
+            key, value = d.name.split("=", 1)
+            budget = {f"train.{key}": value}
+            name = " ".join(f"{k}={v}" for k, v in budget.items())
+            rows.append(
+                _row(d, f"{label} {name}".strip(), {**overrides, **budget}, f"{job_dir.name}/{BRANCHES_DIR}/{d.name}")
+            )
+    return rows
+
+
+def _budget_order(d: Path) -> float:
+    return float(d.name.split("=", 1)[1])
+
+
+def _row(job_dir: Path, label: str, overrides: dict, job: str) -> dict:
+    try:
+        result = json.loads((job_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        result = {"status": "missing", "reason": "the job wrote no result.json (crashed or still running)"}
+    return {"label": label, "job": job, "overrides": overrides, **result, "job_cpu_s": None}
+
+
+def _overrides(job_dir: Path) -> list[str]:
+    import yaml
+
+    try:
+        return list(yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or [])
+    except OSError:
+        return []
+
+
+def _fill_from_mlflow(rows: list, uri: str | None) -> None:
+    """A run skipped as already finished reports the figures of the run it points to."""
+    skipped = [r for r in rows if r["status"] == "skipped" and r.get("mlflow_run_id")]
+    if not skipped or not uri:
+        return
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    for r in skipped:
+        m = client.get_run(r["mlflow_run_id"]).data.metrics
+        r["final_val_loss"] = m.get("final/val_loss", m.get("val/loss"))
+        r["final_train_loss"] = m.get("final/train_loss")
+        r["tokens_per_s"] = m.get("final/tokens_per_s")
+        r["mfu"] = m.get("final/mfu")
+        r["flops"] = m.get("flops", r.get("flops"))
+        r["tokens"] = int(m["tokens"]) if "tokens" in m else r.get("tokens")
+        r["wall_s"] = m.get("final/wall_s", r.get("wall_s"))
+
+
+def _drop_impossible_mfus(rows: list) -> None:
+    """An MFU above 100% in a record (a run of an older ablate, whose CPU peak a busy machine fooled)
+    is not shown: the row says it was impossible instead (model/accounting.recorded_mfu)."""
+
+    for r in rows:
+        raw = r.get("mfu")
+        r["mfu"] = recorded_mfu(raw)
+        if raw is not None and r["mfu"] is None:
+            r["mfu_impossible"] = True
+
+
+def _compare_to_baseline(rows: list) -> None:
+    """Loss difference and speed-up against fp32 when it ran, else the first finished row."""
+    done = [r for r in rows if r.get("final_val_loss") is not None and r.get("kind") != "trunk"]
+    base = next((r for r in done if r.get("precision") == "fp32"), done[0] if done else None)
+    for r in rows:
+        r["baseline"] = base["label"] if base else None
+        ok = base is not None and r.get("final_val_loss") is not None
+        r["val_loss_delta"] = r["final_val_loss"] - base["final_val_loss"] if ok else None
+        speed, base_speed = r.get("tokens_per_s"), base.get("tokens_per_s") if base else None
+        r["speedup"] = speed / base_speed if speed and base_speed else None
+
+
+def _add_profiles(rows: list, sweep_dir: Path) -> None:
+    """Runs launched with train.profile=true left a profile.json: which bound each hit (roofline.py)."""
+    if any((sweep_dir / str(r["job"]) / "profile.json").exists() for r in rows):
+        from ablate.perf import roofline
+
+        roofline.annotate_rows(rows, sweep_dir)
+
+
+def format_table(rows: list, name: str) -> str:
+    """One row per run. The loss difference and speed-up against a baseline only where the runs
+    share a model size (a precision or attention sweep); across sizes they compare nothing."""
+    base = next((r["baseline"] for r in rows if r.get("baseline")), "first run")
+    compare = len({r.get("params") for r in rows if r.get("params")}) <= 1
+    cols = [
+        "run",
+        "status",
+        "params",
+        "tokens",
+        "FLOPs",
+        "val loss",
+        *([f"Δ vs {base}"] if compare else []),
+        "tokens/s",
+        *(["speed-up"] if compare else []),
+        "MFU",
+        *(["memory"] if any(r.get("memory_bytes") for r in rows) else []),
+    ]
+    lines = [f"## Sweep `{name}`", "", "| " + " | ".join(cols) + " |", "|---" * len(cols) + "|"]
+    for r in rows:
+        cells = [
+            r["label"],
+            r["status"],
+            _num(r.get("params"), ","),
+            _num(r.get("tokens") or None, ","),
+            _num(r.get("flops") or None, ".3g"),
+            _num(r.get("final_val_loss"), ".4f"),
+        ]
+        if compare:
+            cells.append(_num(r.get("val_loss_delta"), "+.4f"))
+        cells.append(_num(r.get("tokens_per_s"), ",.0f"))
+        if compare:
+            cells.append(_num(r.get("speedup"), ".2f", "x"))
+        cells.append(_num(r.get("mfu"), ".2%"))
+        if "memory" in cols:
+            cells.append(_num(r["memory_bytes"] / 1e6 if r.get("memory_bytes") else None, ".3g", " MB"))
+        lines.append("| " + " | ".join(cells) + " |")
+    grid = pivot_table(rows)
+    if grid:
+        lines += ["", grid]
+    notes = [
+        f"- {r['label']}: {r['status']}: {r['reason']}" for r in rows if r["status"] not in ("finished", "skipped")
+    ]
+    impossible = [r["label"] for r in rows if r.get("mfu_impossible")]
+    if impossible:
+        notes.append(
+            f"- MFU not shown for {', '.join(impossible)}: the run recorded an impossible one (above 100% or "
+            "not positive), measured against a CPU peak that a busy machine had fooled (an older ablate)."
+        )
+    skipped = sum(r["status"] == "skipped" for r in rows)
+    if skipped:
+        notes.append(
+            f"- {skipped} run(s) had already finished with the same config and were not run again "
+            "(train.rerun=true reruns them)."
+        )
+    if any(r.get("device") == "cpu" and (r.get("speedup") or 1) < 1 and r.get("precision") != "fp32" for r in rows):
+        notes.append(
+            "- On this CPU reduced precision costs time: without native bf16/fp16 arithmetic the "
+            "low-precision kernels are emulated. On GPUs with tensor cores (A100, H100, H200) the "
+            "same policies run faster than fp32."
+        )
+    gpu = gpu_note(rows)
+    if gpu:
+        notes.append(gpu)
+    if any(r.get("memory_bytes") for r in rows):
+        notes.append(
+            "- memory: one training step's peak as perf/memory.py models it for this device (weights, "
+            "gradients, Adam states, the activations saved for backward, the optimizer step); `ablate plan` "
+            "uses the same model to say what fits on a GPU."
+        )
+    if any((r.get("profile") or {}).get("bound") for r in rows):
+        from ablate.perf import roofline
+
+        notes += roofline.bound_notes(rows)
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+GPU_NOTE_HARDWARE = "h100"
+
+
+def gpu_note(rows: list) -> str | None:
+    """What a GPU would change for a precision sweep run on a CPU: the catalogue's dense peaks per
+    dtype (conf/hardware/h100.yaml) against fp32's, the bound on a compute-bound step's speed-up."""
+    precisions = {r.get("precision") for r in rows if r.get("status") == "finished"}
+    if len(precisions) < 2 or not any(r.get("device") == "cpu" for r in rows):
+        return None
+    import yaml
+
+    try:
+        peaks = yaml.safe_load((CONF_DIR / "hardware" / f"{GPU_NOTE_HARDWARE}.yaml").read_text())["peak_flops"]
+    except (OSError, KeyError, TypeError):
+        return None
+    peaks = {k: float(v) for k, v in peaks.items()}
+    dtypes = {"bf16": "bf16", "bf16_pure": "bf16", "fp16": "fp16", "fp8": "fp8"}  # fp8_emulated: fp32 math
+    parts = [
+        f"{p} {peaks[dtypes[p]] / peaks['tf32']:.2g}x"
+        for p in sorted(precisions, key=str)
+        if p in dtypes and dtypes[p] in peaks and "tf32" in peaks
+    ]
+    if not parts:
+        return None
+    return (
+        f"- On a GPU: an {GPU_NOTE_HARDWARE.upper()}'s dense peak is {peaks['tf32'] / 1e12:.0f} TFLOP/s for fp32 "
+        f"matmuls (as TF32), {peaks.get('bf16', 0) / 1e12:.0f} for bf16/fp16 and {peaks.get('fp8', 0) / 1e12:.0f} "
+        f"for fp8: against fp32, a compute-bound step could speed up by at most {', '.join(parts)} "
+        "(fp8_emulated only simulates fp8's rounding, in fp32). Runs as small as these are overhead-bound "
+        "there too: the gain appears at the sizes `ablate plan` prices."
+    )
+
+
+def pivot_table(rows: list) -> str:
+    """Final validation loss on a grid, when the sweep varies exactly two keys (e.g. model x tokens)."""
+    keys = list(dict.fromkeys(k for r in rows for k in r.get("overrides", {})))
+    if len(keys) != 2 or len(rows) < 4:
+        return ""
+    down, across = keys
+    cols = _ordered(rows, across)
+    lines = [
+        f"Final validation loss, {down} (rows) x {across} (columns):",
+        "",
+        f"| {down} | " + " | ".join(cols) + " |",
+        "|---" * (len(cols) + 1) + "|",
+    ]
+    for value in _ordered(rows, down):
+        cells = []
+        for col in cols:
+            match = [r for r in rows if r["overrides"].get(down) == value and r["overrides"].get(across) == col]
+            cells.append(_num(match[0].get("final_val_loss"), ".4f") if match else "")
+        lines.append(f"| {value} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _ordered(rows: list, key: str) -> list:
+    """A key's values in a reading order: by number, else by the model size they give."""
+    values = list(dict.fromkeys(r["overrides"][key] for r in rows if key in r.get("overrides", {})))
+
+    def order(v):
+        try:
+            return (0, float(v), v)
+        except ValueError:
+            sizes = [r.get("params") or 0 for r in rows if r["overrides"].get(key) == v]
+            return (1, min(sizes) if sizes else 0, v)
+
+    return sorted(values, key=order)
+
+
+def points_csv(rows: list) -> str:
+    """Finished runs as ablate fit reads them (columns params, tokens, loss[, flops, ...]; an unknown
+    value is an empty cell: a run skipped as finished elsewhere has no train_s here), then one column
+    per swept key (precision, model, ...): what `ablate compare points=... arm=KEY` groups by."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    done = _finished(rows)
+    keys = list(dict.fromkeys(k for r in done for k in r.get("overrides", {})))
+    w.writerow(
+        [
+            *["params", "tokens", "loss", "flops", "params_non_embedding", "train_s", "entropy_floor", "run_id"],
+            *["label", *keys],
+        ]
+    )
+    for r in done:
+        w.writerow(
+            [
+                r["params"],
+                r["tokens"],
+                r["final_val_loss"],
+                r.get("flops"),
+                r.get("params_non_embedding"),
+                r.get("train_s") or "",
+                r.get("entropy_floor") or "",
+                r.get("mlflow_run_id") or "",
+                r["label"],
+                *[r["overrides"].get(k, "") for k in keys],
+            ]
+        )
+    return out.getvalue()
+
+
+def _finished(rows: list) -> list:
+    """Rows that are points of a fit: finished runs and branches, not trunks (constant rate)."""
+    return [
+        r
+        for r in rows
+        if r.get("final_val_loss") is not None and r.get("params") and r.get("tokens") and r.get("kind") != "trunk"
+    ]
+
+
+# -- plots ----------------------------------------------------------------------------------------
+
+
+def _curves(rows: list, uri: str | None) -> dict:
+    """{job: (flops, val loss)} from each run's MLflow history."""
+    if not uri:
+        return {}
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    curves = {}
+    for r in rows:
+        if not r.get("mlflow_run_id"):
+            continue
+        flops = {m.step: m.value for m in client.get_metric_history(r["mlflow_run_id"], "flops")}
+        loss = sorted((m.step, m.value) for m in client.get_metric_history(r["mlflow_run_id"], "val/loss"))
+        points = [(flops[s], v) for s, v in loss if s in flops and flops[s] > 0]
+        if points:
+            curves[r["job"]] = tuple(zip(*points, strict=False))
+    return curves
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _size_colors(rows: list) -> dict | None:
+    """{params: colour}, smallest model darkest, when the sweep has more than one model size."""
+    sizes = sorted({r["params"] for r in rows if r.get("params")})
+    if len(sizes) < 2:
+        return None
+    import matplotlib
+
+    cmap = matplotlib.colormaps["viridis"]
+    return {p: cmap(i / max(1, len(sizes) - 1) * 0.9) for i, p in enumerate(sizes)}
+
+
+def plot_loss_vs_flops(rows: list, curves: dict, path: Path) -> Path | None:
+    """Every run's validation loss against training FLOPs; when the runs share one model and one
+    ran in fp32 (a precision or attention sweep), a lower panel shows each run's loss divided by
+    fp32's at the same FLOPs, where differences of a fraction of a percent are visible."""
+    if not curves:
+        return None
+    plt = _pyplot()
+    base = _ratio_baseline(rows, curves)
+    if base is None:
+        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    else:
+        fig, (ax, low) = plt.subplots(2, 1, figsize=(7.5, 6.8), sharex=True, height_ratios=[3, 2])
+    colors = _size_colors([r for r in rows if r["job"] in curves])
+    labelled = set()
+    for r in rows:
+        if r["job"] not in curves:
+            continue
+        flops, loss = curves[r["job"]]
+        if colors:  # one colour per model size, one legend entry per size
+            name = f"{r.get('model', '?')} ({_short(r['params'])} params)"
+            ax.plot(flops, loss, color=colors[r["params"]], linewidth=1.2, label=None if name in labelled else name)
+            ax.plot(flops[-1:], loss[-1:], "o", color=colors[r["params"]], markersize=4)
+            labelled.add(name)
+        else:
+            ax.plot(flops, loss, marker="o", markersize=3, label=r["label"])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _floor(ax, rows)
+    ax.set_xlabel("training FLOPs")
+    ax.set_ylabel("validation loss (nats/token)")
+    if base is not None:
+        _ratio_panel(low, rows, curves, base)
+    ax.set_title(
+        "Validation loss against compute (dots: end of each run)" if colors else "Validation loss against compute"
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2 if len(ax.get_legend_handles_labels()[0]) > 8 else 1)
+    return _save(fig, plt, path)
+
+
+def _ratio_baseline(rows: list, curves: dict) -> dict | None:
+    """The fp32 row the ratios are taken against, when every plotted run has the same model."""
+    plotted = [r for r in rows if r["job"] in curves]
+    if len(plotted) < 2 or len({r.get("params") for r in plotted}) != 1:
+        return None
+    return next((r for r in plotted if r.get("precision") == "fp32"), None)
+
+
+def _ratio_panel(ax, rows: list, curves: dict, base: dict) -> None:
+    base_flops, base_loss = curves[base["job"]]
+    at = dict(zip(base_flops, base_loss, strict=False))
+    for r in rows:
+        if r["job"] not in curves:
+            continue
+        points = [(f, v / at[f]) for f, v in zip(*curves[r["job"]], strict=False) if f in at]
+        if points:
+            xs, ys = zip(*points, strict=False)
+            ax.plot(xs, ys, marker="o", markersize=3, label=r["label"])
+    ax.axhline(1.0, color="gray", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("training FLOPs")
+    ax.set_ylabel(f"val loss / {base['label']}'s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.yaxis.get_major_formatter().set_useOffset(False)
+
+
+def plot_speed_memory(rows: list, path: Path) -> Path | None:
+    """Side by side, per run of a sweep over precision: training speed measured here, and one
+    step's modelled peak memory (what the policy saves wherever it runs)."""
+    done = [r for r in rows if r.get("status") == "finished" and r.get("tokens_per_s")]
+    if len({r.get("precision") for r in done}) < 2:
+        return None
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    labels = [r.get("precision") or r["label"] for r in done]
+    speeds = [r["tokens_per_s"] for r in done]
+    left.barh(labels, speeds, color="tab:blue")
+    device = next((r.get("device") for r in done if r.get("device")), "this machine")
+    left.set_xlabel(f"training tokens/s on {device} (measured)")
+    left.invert_yaxis()
+    for y, v in enumerate(speeds):
+        left.text(v, y, f" {v:,.0f}", va="center", fontsize=8)
+    memory = [(r.get("memory_bytes") or 0) / 1e6 for r in done]
+    right.barh(labels, memory, color="tab:orange")
+    right.set_xlabel("one step's peak memory, MB (modelled)")
+    right.invert_yaxis()
+    for y, v in enumerate(memory):
+        right.text(v, y, f" {v:.3g}", va="center", fontsize=8)
+    for ax in (left, right):
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.margins(x=0.25)
+    fig.suptitle("Speed and memory per precision policy", fontsize=10)
+    return _save(fig, plt, path)
+
+
+def plot_final_loss(rows: list, path: Path) -> Path | None:
+    """Final loss against params (a line per token budget) and against tokens (a line per model)."""
+    done = _finished(rows)
+    panels = [
+        (x, group_out, title)
+        for x, group_out, title in (
+            ("params", SIZE_KEYS, "Final loss against model size, L(N)"),
+            ("tokens", BUDGET_KEYS, "Final loss against training tokens, L(D)"),
+        )
+        if len({r[x] for r in done}) >= 2
+    ]
+    if not panels:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.6), squeeze=False)
+    for ax, (x, group_out, title) in zip(axes[0], panels, strict=False):
+        groups: dict = {}
+        for r in done:
+            groups.setdefault(_group(r, group_out), []).append(r)
+        cmap = plt.get_cmap("viridis")
+        for i, (name, members) in enumerate(sorted(groups.items(), key=lambda kv: _group_order(kv[1], x))):
+            members.sort(key=lambda r: r[x])
+            color = cmap(i / max(1, len(groups) - 1) * 0.9)
+            ax.plot(
+                [r[x] for r in members],
+                [r["final_val_loss"] for r in members],
+                "o-",
+                color=color,
+                markersize=4,
+                label=name,
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _floor(ax, rows)
+        ax.set_xlabel("parameters (total)" if x == "params" else "training tokens")
+        ax.set_ylabel("final validation loss (nats/token)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, plt, path)
+
+
+def _group(row: dict, leave_out: tuple) -> str:
+    """The row's other swept values: a line joins runs that differ only in the plotted axis."""
+    parts = [
+        f"{k}={v}"
+        for k, v in row.get("overrides", {}).items()
+        if not any(k == g or k.startswith(g + ".") for g in leave_out)
+    ]
+    return " ".join(parts) or "all runs"
+
+
+def _group_order(members: list, x: str):
+    other = "tokens" if x == "params" else "params"
+    return min(r[other] for r in members)
+
+
+def _floor(ax, rows: list) -> None:
+    """The lowest loss any model can reach (the synthetic language's entropy rate), and plain
+    decimal labels on the log-scaled loss axis (losses span well under a decade)."""
+    from matplotlib.ticker import FormatStrFormatter
+
+    for floor in {r.get("entropy_floor") for r in rows if r.get("entropy_floor")}:
+        ax.axhline(floor, color="gray", linestyle="--", linewidth=1, label=f"entropy floor {floor:.3f}")
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%.1f"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter("%.1f"))
+
+
+def _save(fig, plt, path: Path) -> Path:
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+    return path
+
+
+def _short(n: float) -> str:
+    for unit, div in (("M", 1e6), ("K", 1e3)):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:g}"
+
+
+def _num(x, fmt: str, unit: str = "") -> str:
+    return "-" if x is None else format(x, fmt) + unit

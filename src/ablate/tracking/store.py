@@ -1,0 +1,156 @@
+"""Opening MLflow stores: the experiment created once before any fan-out, and clients that refuse to
+create an empty sqlite file where the user meant an existing store."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlparse
+
+from ablate.config import ConfigError
+from ablate.tracking.tags import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
+
+
+def quiet_store_logs() -> None:
+    """MLflow announces at INFO each time a process creates or migrates a sqlite store's tables
+    ("Creating initial MLflow database tables..."): one line per job of a sweep, nothing to act on."""
+    for name in ("mlflow.store.db.utils", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
+
+
+# Backends MLflow 3 can store runs in (a bare path or ./mlruns is MLflow's old file store, which
+# it refuses since 3.13).
+SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_store(uri: str, key: str = "tracking.uri") -> None:
+    """A tracking URI that names a store MLflow can use, checked without creating anything: a known
+    scheme; for sqlite, an absolute or relative file path whose folder exists and can be written,
+    and, when the file exists, an SQLite database. Servers are not contacted (an outage while a run
+    trains is survived, tracker.py); ConfigError (one line) otherwise."""
+
+    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
+    valid = "valid: sqlite:////abs/path/mlflow.db, http://host:port, postgresql://user@host/db"
+    if scheme not in SCHEMES:
+        raise ConfigError(f"{key}={uri!r} is not an MLflow store ({valid})")
+    if scheme in ("http", "https"):
+        parsed = urlparse(uri)
+        try:
+            parsed.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+        except ValueError:
+            raise ConfigError(f"{key}={uri!r} has an invalid port ({valid})") from None
+        if not parsed.hostname:
+            raise ConfigError(f"{key}={uri!r} names no host ({valid})")
+        return
+    path = sqlite_path(uri)
+    if scheme != "sqlite":
+        return
+    if path is None or not str(path):
+        raise ConfigError(f"{key}={uri!r} names no database file ({valid})")
+    if path.is_dir():
+        raise ConfigError(f"{key}={uri!r}: {path} is a directory ({valid})")
+    if path.exists():
+        try:
+            with open(path, "rb") as f:
+                head = f.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            raise ConfigError(f"{key}={uri!r}: {path} cannot be read ({exc.strerror})") from None
+        if head and head != SQLITE_HEADER:
+            raise ConfigError(f"{key}={uri!r}: {path} is not an SQLite database ({valid})")
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"{key}={uri!r}: {path} cannot be written (valid: a store you can write)")
+        return
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ConfigError(
+            f"{key}={uri!r}: the folder {folder} does not exist "
+            "(valid: a database file in an existing folder; it is created on first use)"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}={uri!r}: the folder {folder} cannot be written (valid: a folder you can write)")
+
+
+def client_for(uri: str):
+    """An MlflowClient for an existing store: MLflow would create an empty sqlite file instead of
+    saying that there is none."""
+    from mlflow.tracking import MlflowClient
+
+    check_store(uri)
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        raise ConfigError(
+            f"tracking.uri={uri}: no MLflow store at {path} "
+            "(valid: the sqlite file that holds the runs, e.g. tracking.uri=sqlite:////abs/mlflow.db)"
+        )
+    quiet_store_logs()
+    return MlflowClient(tracking_uri=uri)
+
+
+def ensure_experiment(uri: str, name: str) -> str:
+    """Create the store and the experiment once (callers fan out only after this returns).
+
+    Two launches that meet a fresh sqlite store at once would both run MLflow's schema migrations
+    and one would die ("duplicate column name"): the first use of a sqlite store happens under an
+    exclusive flock(2) of its folder, so the second finds the tables made. A sqlite store keeps its
+    artifacts beside the database file, not in the current directory. The experiment is marked as
+    model training, so MLflow's UI opens it on its runs and charts (an experiment made before that
+    tag existed gets it now, see mark_model_training).
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    quiet_store_logs()
+    with _store_lock(uri):
+        client = MlflowClient(tracking_uri=uri)
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            mark_model_training(client, exp)
+            return exp.experiment_id
+        location = None
+        if uri.startswith("sqlite:///"):
+            location = Path(uri[len("sqlite:///") :]).parent.joinpath("mlartifacts").as_uri()
+        try:
+            return client.create_experiment(
+                name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND}
+            )
+        except MlflowException:
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            mark_model_training(client, exp)
+            return exp.experiment_id
+
+
+def mark_model_training(client, experiment) -> None:
+    """Tag an existing experiment as model training unless someone chose its kind: a missing tag,
+    or one the UI only inferred (its values end in "_inferred"), is replaced."""
+    kind = experiment.tags.get(EXPERIMENT_KIND_TAG, "")
+    if kind == MODEL_TRAINING_KIND or (kind and not kind.endswith("_inferred")):
+        return
+    client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
+
+
+@contextmanager
+def _store_lock(uri: str):
+    """An exclusive lock on a sqlite store's folder while it is first opened (nothing elsewhere)."""
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    fd = os.open(path.parent if str(path.parent) else ".", os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a filesystem without locks: as before, unguarded
+            pass
+        yield
+    finally:
+        os.close(fd)

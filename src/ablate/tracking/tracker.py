@@ -1,0 +1,250 @@
+"""Run tracking: MLflow through batched calls, or nothing.
+
+Metrics are buffered in memory and sent with MlflowClient.log_batch (one call per flush, never
+one per training step). The buffer travels inside each checkpoint, and on resume every step
+at or below the last step already in MLflow is dropped, so a killed run neither loses nor
+duplicates a metric point.
+
+When the tracking server is unreachable, training goes on: undelivered points stay in the
+buffer (and in checkpoints), delivery is retried with backoff, and a run that ends during the
+outage leaves a spool file that `python -m ablate sync` delivers once the server is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ablate.config import TrackingConfig
+from ablate.faults import failpoint
+from ablate.files import write_json
+from ablate.tracking.store import ensure_experiment, quiet_store_logs
+from ablate.tracking.tags import CONFIG_HASH_TAG, OWNER_TAG, REASON_TAG, STEP_KEY
+
+MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
+MAX_PARAMS_PER_BATCH = 100
+MAX_PARAM_CHARS = 6000
+# An unreachable server must not stall training for minutes inside MLflow's own retry loop.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
+MAX_BACKOFF_S = 60.0
+
+
+@dataclass
+class ExistingRun:
+    run_id: str
+    status: str  # RUNNING, FINISHED, FAILED, KILLED
+    reason: str = ""
+    owner: str = ""  # OWNER_TAG: the process that last wrote it
+
+
+def existing_run(run) -> ExistingRun:
+    """An MLflow Run as the decision rule sees it."""
+    tags = run.data.tags
+    return ExistingRun(run.info.run_id, run.info.status, tags.get(REASON_TAG, ""), tags.get(OWNER_TAG, ""))
+
+
+@dataclass
+class Tracker:
+    """No-op tracker (tracking=none); MLflowTracker overrides the I/O."""
+
+    run_id: str | None = None
+    pending: list = field(default_factory=list)  # [(key, value, step, timestamp_ms)]
+    last_logged_step: int = -1
+
+    def find(self, config_hash: str) -> ExistingRun | None:
+        return None
+
+    def start(self, run_name: str, params: dict, tags: dict, resume_run_id: str | None = None) -> None:
+        pass
+
+    def record(self, step: int, metrics: dict) -> None:
+        now = int(time.time() * 1000)
+        self.pending.extend((k, float(v), int(step), now) for k, v in metrics.items() if v is not None)
+
+    def flush(self, force: bool = False) -> bool:
+        self.pending.clear()
+        return True
+
+    def log_artifacts(self, paths: list[Path]) -> None:
+        pass
+
+    def points_until(self, step: int) -> list:
+        """Every point this run recorded at steps <= `step`, delivered or not: the history that a
+        cooldown branch forked here inherits (run/branches.py)."""
+        return [m for m in self.pending if m[2] <= step]
+
+    def set_tags(self, tags: dict) -> None:
+        pass
+
+    def finish(self, status: str, reason: str = "", artifacts: list[Path] = ()) -> None:
+        self.flush()
+
+
+class MLflowTracker(Tracker):
+    def __init__(self, cfg: TrackingConfig, experiment_id: str | None = None, spool_dir: Path | None = None):
+        super().__init__()
+        from mlflow.tracking import MlflowClient
+
+        if cfg.uri.startswith(("http://", "https://")):
+            for key, value in HTTP_DEFAULTS.items():
+                os.environ.setdefault(key, value)
+            # One line says the server is unreachable; urllib3's per-retry warnings would repeat it.
+            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+        self.cfg = cfg
+        self.spool_dir = spool_dir
+        self.retry_at = 0.0
+        self.backoff_s = 2.0
+        self.outage: str | None = None
+        quiet_store_logs()
+        self.client = MlflowClient(tracking_uri=cfg.uri)
+        self.experiment_id = experiment_id or ensure_experiment(cfg.uri, cfg.experiment)
+
+    def find(self, config_hash: str) -> ExistingRun | None:
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{CONFIG_HASH_TAG}` = '{config_hash}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+        return existing_run(runs[0]) if runs else None
+
+    def start(self, run_name: str, params: dict, tags: dict, resume_run_id: str | None = None) -> None:
+        from mlflow.entities import Param, RunTag
+
+        if resume_run_id:
+            self.run_id = resume_run_id
+            self.client.update_run(resume_run_id, status="RUNNING")
+            self.last_logged_step = self._last_step()
+            self.client.log_batch(resume_run_id, tags=[RunTag(REASON_TAG, "")])
+            return
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()})
+        self.run_id = run.info.run_id
+        items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()]
+        for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+
+    def _last_step(self) -> int:
+        history = self.client.get_metric_history(self.run_id, STEP_KEY)
+        return max((m.step for m in history), default=-1)
+
+    def flush(self, force: bool = False) -> bool:
+        """Send buffered points; False (points kept) when the store cannot be reached."""
+        from mlflow.entities import Metric
+
+        if not force and time.time() < self.retry_at:
+            return False
+        self.pending = [m for m in self.pending if m[2] > self.last_logged_step]
+        try:
+            for chunk in step_chunks(self.pending, MAX_METRICS_PER_BATCH):
+                self.client.log_batch(self.run_id, metrics=[Metric(k, v, ts, s) for k, v, s, ts in chunk])
+                self.last_logged_step = chunk[-1][2]
+                failpoint("tracking.flush")  # a kill here leaves some chunks delivered, some not
+        except Exception as exc:  # any failure to deliver is an outage: keep the points, retry later
+            self.pending = [m for m in self.pending if m[2] > self.last_logged_step]
+            self._outage(exc)
+            return False
+        if self.outage:
+            print(f"tracking: {self.cfg.uri} is reachable again; buffered points delivered", file=sys.stderr)
+        self.outage, self.backoff_s, self.retry_at = None, 2.0, 0.0
+        self.pending.clear()
+        return True
+
+    def _outage(self, exc: Exception) -> None:
+        if self.outage is None:
+            first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            print(
+                f"tracking: cannot reach {self.cfg.uri} ({first}); training goes on, metrics are buffered",
+                file=sys.stderr,
+            )
+        self.outage = f"{type(exc).__name__}: {exc}"
+        self.retry_at = time.time() + self.backoff_s
+        self.backoff_s = min(MAX_BACKOFF_S, self.backoff_s * 2)
+
+    def log_artifacts(self, paths: list[Path]) -> None:
+        for p in paths:
+            self.client.log_artifact(self.run_id, str(p))
+
+    def points_until(self, step: int) -> list:
+        """Delivered points from the store (steps <= the last delivered one), then the buffered rest.
+        During an outage the delivered part cannot be read: the branch inherits the buffer only."""
+        delivered_to = min(step, self.last_logged_step)
+        points = []
+        if delivered_to >= 0:
+            try:
+                for key in self.client.get_run(self.run_id).data.metrics:
+                    points += [
+                        (key, m.value, m.step, m.timestamp)
+                        for m in self.client.get_metric_history(self.run_id, key)
+                        if m.step <= delivered_to
+                    ]
+            except Exception as exc:
+                print(
+                    f"tracking: a fork inherits only the unsent metrics ({type(exc).__name__}: {exc})", file=sys.stderr
+                )
+        return points + [m for m in self.pending if delivered_to < m[2] <= step]
+
+    def set_tags(self, tags: dict) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def finish(self, status: str, reason: str = "", artifacts: list[Path] = ()) -> None:
+        """Deliver what is buffered and close the run; during an outage, spool it instead."""
+        try:
+            if not self.flush(force=True):
+                raise ConnectionError(self.outage)
+            self.log_artifacts(list(artifacts))
+            if reason:
+                self.set_tags({REASON_TAG: reason})
+            self.client.set_terminated(self.run_id, status=status)
+        except Exception as exc:
+            path = self.spool(status, reason, artifacts)
+            print(
+                f"tracking: could not close run {self.run_id} ({type(exc).__name__}); {len(self.pending)} points "
+                f"spooled to {path}; run `python -m ablate sync` when the store is back",
+                file=sys.stderr,
+            )
+
+    def spool(self, status: str, reason: str, artifacts) -> Path:
+        record = {
+            "uri": self.cfg.uri,
+            "run_id": self.run_id,
+            "status": status,
+            "reason": reason,
+            "last_logged_step": self.last_logged_step,
+            "metrics": [list(m) for m in self.pending],
+            "artifacts": [str(a) for a in artifacts],
+        }
+        directory = self.spool_dir or Path(".ablate") / "spool"
+        return write_json(directory / f"{self.run_id}.json", record)
+
+
+def make_tracker(cfg: TrackingConfig, experiment_id: str | None = None, spool_dir: Path | None = None) -> Tracker:
+    return MLflowTracker(cfg, experiment_id, spool_dir) if cfg.backend == "mlflow" else Tracker()
+
+
+def step_chunks(points: list, limit: int):
+    """Batches of at most `limit` points in step order, never splitting one step's points, so
+    that 'every step <= last delivered step is in the store' stays true after a partial failure."""
+    points = sorted(points, key=lambda m: m[2])
+    chunk: list = []
+    i = 0
+    while i < len(points):
+        j = i
+        while j < len(points) and points[j][2] == points[i][2]:
+            j += 1
+        if chunk and len(chunk) + (j - i) > limit:
+            yield chunk
+            chunk = []
+        chunk.extend(points[i:j])
+        i = j
+    if chunk:
+        yield chunk

@@ -1,0 +1,113 @@
+"""The command line as a user runs it: bad input fails in one line; a tiny sweep end to end."""
+
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from support import SMALL_DATA
+
+pytestmark = pytest.mark.e2e
+
+BAD = [
+    (["model=doesnotexist"], ["model=doesnotexist", "valid:", "micro"]),
+    (["model.n_embd=100", "model.n_head=3"], ["model.n_embd=100", "model.n_head=3"]),
+    (["optim.lr=-0.001"], ["optim.lr=-0.001", "positive"]),
+    (["model.block_size=300000"], ["model.block_size=300000", "longer than"]),
+    (["hardware=tpu"], ["hardware=tpu", "valid:", "h100"]),
+    (["hardware=h100"], ["hardware=h100", "cuda", "valid here"]),
+    (["precision=fp8"], ["precision=fp8", "cuda"]),
+    (["model.widht=3"], ["unknown key model.widht", "n_embd"]),
+    (["train.steps=ten"], ["train.steps='ten'", "integer"]),
+    (["+sweep=precision", "model=nope"], ["model=nope", "valid:"]),
+]
+
+
+@pytest.mark.parametrize("args, words", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_clear_line(cli, run_statuses, workdir, args, words):
+    proc = cli([*args, *SMALL_DATA, "train.progress=false"], workdir)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for w in words:
+        assert w in lines[0]
+    assert "RUNNING" not in run_statuses(workdir / "mlflow.db")
+
+
+def test_a_token_budget_on_the_command_line_replaces_the_default_steps(cli, workdir):
+    proc = cli(
+        [
+            "model=nano",
+            "train.tokens=3000",
+            "train.eval_interval=1",
+            "tracking=none",
+            *SMALL_DATA,
+            "train.progress=false",
+        ],
+        workdir,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (result,) = workdir.glob("outputs/*/*/result.json")
+    assert json.loads(result.read_text())["tokens"] == 3 * 16 * 64  # ceil(3000 / 1024 tokens per step)
+    both = cli(["train.tokens=3000", "train.steps=5", *SMALL_DATA], workdir)
+    assert both.returncode == 2 and "exactly one training budget is needed" in both.stderr
+
+
+@pytest.mark.slow
+def test_precision_sweep_end_to_end(cli, workdir):
+    proc = cli(
+        [
+            "+sweep=precision",
+            "model=nano",
+            "train.steps=20",
+            "train.eval_interval=10",
+            "train.progress=false",
+            *SMALL_DATA,
+        ],
+        workdir,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("precision")
+    runs = client.search_runs([exp.experiment_id])
+    children = {r.data.params["precision.name"]: r for r in runs if "precision.name" in r.data.params}
+    parents = [r for r in runs if r.data.tags.get("ablate.kind") == "sweep"]
+    assert set(children) == {"fp32", "bf16", "bf16_pure", "fp16", "fp8_emulated"}
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert len(parents) == 1
+    assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in children.values())
+    for r in children.values():
+        assert len(client.get_metric_history(r.info.run_id, "val/loss")) == 2
+    (sweep_dir,) = (workdir / "multirun").glob("*/*")
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    by_label = {row["label"]: row for row in summary["runs"]}
+    assert by_label["precision=fp8"]["status"] == "unsupported"
+    assert by_label["precision=fp32"]["speedup"] == 1.0
+    assert by_label["precision=bf16"]["val_loss_delta"] is not None
+    assert (sweep_dir / "loss_vs_flops.png").stat().st_size > 10_000
+    assert "| precision=bf16 | finished |" in proc.stderr
+    artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    assert {"summary.md", "summary.json", "loss_vs_flops.png"} <= artifacts
+
+
+@pytest.mark.slow
+def test_a_diverging_run_fails_the_sweep_but_not_the_others(cli, run_statuses, workdir):
+    proc = cli(
+        [
+            "--multirun",
+            "model=nano",
+            "optim.lr=0.003,100",
+            "optim.warmup_steps=0",
+            "optim.grad_clip=0",
+            "train.steps=10",
+            "train.eval_interval=5",
+            "train.progress=false",
+            *SMALL_DATA,
+        ],
+        workdir,
+    )
+    assert proc.returncode == 1
+    statuses = sorted(run_statuses(workdir / "mlflow.db"))
+    assert statuses == ["FAILED", "FAILED", "FINISHED"]  # the diverged run and the sweep's parent
+    assert "| optim.lr=100 | failed |" in proc.stderr

@@ -1,0 +1,110 @@
+"""The front door: `ablate --help` lists every command; each command's --help shows its own groups,
+keys and an example; Hydra's own flags reach Hydra instead of the precheck of overrides; `ablate study`
+takes overrides after --run; `ablate prepare` takes a corpus to a run with bits per byte in MLflow."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ablate.cli import main as front
+from ablate.cli.common import overrides_only
+from ablate.cli.main import COMMANDS
+
+
+def ablate(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "ablate", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_the_front_door_lists_every_command_with_a_line_each():
+    out = ablate("--help").stdout
+    for name, (_, line, _) in COMMANDS.items():
+        assert f"  {name}" in out and line in out
+
+
+@pytest.mark.parametrize(
+    ("command", "groups", "not_groups", "keys"),
+    [
+        ("train", ["model", "data", "precision", "hardware", "+sweep", "hydra/launcher"], [], ["state_dir="]),
+        ("fit", [], ["model", "data", "hardware"], ["n_boot=1000", "held_out=1", "target.C=null"]),
+        ("backtest", [], ["model", "data", "hardware"], ["n_boot=200", "cuts=[0.25,", "entropy_floor=null"]),
+        ("plan", ["model", "precision", "hardware"], ["data ", "+sweep"], ["gpus=1", "batch_size=4", "mfu=null"]),
+    ],
+)
+def test_a_hydra_commands_help_shows_its_own_groups_keys_and_an_example(command, groups, not_groups, keys):
+    proc = ablate(command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith(f"usage: ablate {command}")
+    listed = out.split("config groups", 1)[1].split("\n\n", 1)[0] if "config groups" in out else ""
+    for g in groups:
+        assert f"\n  {g} " in listed, g
+    for g in not_groups:
+        assert f"\n  {g}" not in listed, g
+    for k in keys:
+        assert f"  {k}" in out, k
+    assert "example:\n  ablate " in out
+    assert "Hydra" not in out.split("\n")[0] and "== Config ==" not in out  # not Hydra's own help
+
+
+@pytest.mark.parametrize("command", [c for c, (_, _, style) in COMMANDS.items() if style == "argv"])
+def test_every_other_command_has_help_with_an_example(command):
+    proc = ablate(command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "ablate " in proc.stdout and ("example" in proc.stdout or "python -m ablate" in proc.stdout)
+
+
+@pytest.mark.parametrize(
+    "args, overrides",
+    [
+        (["model=tiny", "--cfg", "job"], ["model=tiny"]),
+        (["-c", "job", "--resolve", "model=tiny"], ["model=tiny"]),
+        (["--cfg", "all", "--package", "model", "x=1"], ["x=1"]),
+        (["--info", "defaults", "x=1"], ["x=1"]),
+        (["--info", "x=1"], ["x=1"]),  # --info's value is optional
+        (["--multirun", "a=1,2", "-cn", "fit", "b=2"], ["a=1,2", "b=2"]),
+    ],
+)
+def test_hydra_flags_and_their_values_are_not_overrides(args, overrides):
+    assert overrides_only(args) == overrides
+
+
+def test_study_overrides_follow_run(tmp_path, capsys):
+    """`ablate study DIR --run OVERRIDE ...`, as its usage line shows: the overrides after --run are
+    the study's extras, not unrecognized arguments."""
+    with pytest.raises(SystemExit) as exited:
+        front.main(["study", str(tmp_path), "--run", "model=nano", "train.tokens=512"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {tmp_path} has no study.yaml (valid: a folder under experiments/ with a study.yaml)"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_corpus_becomes_tokens_then_a_run_with_bits_per_byte_in_mlflow(cli, workdir):
+    prep = cli(["stdlib", "--out", "bpe", "--vocab-size", "1024", "--max-bytes", "600000"], workdir, command="prepare")
+    assert prep.returncode == 0, prep.stderr[-2000:]
+    assert "train on it: ablate data=tokens data.dir=bpe" in prep.stderr
+    run = cli(
+        [
+            "data=tokens",
+            "data.dir=bpe",
+            "model=nano",
+            "train.steps=20",
+            "train.eval_interval=10",
+            "tracking.experiment=bpe",
+        ],
+        workdir,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "run folder: outputs/" in run.stderr
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    (r,) = client.search_runs([client.get_experiment_by_name("bpe").experiment_id])
+    m = r.data.metrics
+    meta = json.loads((workdir / "bpe" / "meta.json").read_text())
+    assert m["val/bpb"] == pytest.approx(m["val/loss"] / 0.6931471805599453 / meta["bytes_per_token"])
+    assert m["final/val_bpb"] == pytest.approx(m["val/bpb"])
+    assert r.data.params["data.dir"] == "bpe" and int(r.data.params["model.vocab_size"]) == 1024

@@ -1,0 +1,126 @@
+import copy
+
+import pytest
+import torch
+
+from ablate.config import UnsupportedError
+from ablate.model.gpt import GPT
+from ablate.model.optim import Fp32StateAdamW, build_optimizer, stochastic_round
+from ablate.model.precision import E4M3, E5M2, Fp8Linear, apply_precision, quantize_dequantize
+from ablate.run import train
+
+CPU_PRECISIONS = ["fp32", "bf16", "bf16_pure", "fp16", "fp8_emulated"]
+
+
+@pytest.mark.parametrize("precision", CPU_PRECISIONS)
+def test_every_cpu_precision_trains(run_config, tmp_path, precision):
+    cfg = run_config(tmp_path, precision=precision, **{"train.steps": 30})
+    result = train.run(cfg, tmp_path / "out")
+    assert result.status == "finished", result.reason
+    # log(27) = 3.30 is the loss of a uniform guess; 30 steps must already beat it clearly.
+    assert result.final_val_loss < 3.1
+    assert result.precision == precision
+
+
+def test_fp8_is_refused_on_a_cpu_with_the_reason(run_config, tmp_path):
+    cfg = run_config(tmp_path, precision="fp8")
+    with pytest.raises(UnsupportedError, match="precision=fp8 cannot run on cpu.*cuda"):
+        train.prepare(cfg)
+
+
+def test_bf16_pure_keeps_12_bytes_per_param(run_config, tmp_path):
+    cfg = run_config(tmp_path, precision="bf16_pure")
+    model_cfg = train.prepare(cfg).cfg.model
+    model = GPT(model_cfg)
+    apply_precision(model, cfg.precision, "cpu")
+    opt = build_optimizer(model, cfg.optim)
+    assert isinstance(opt, Fp32StateAdamW)
+    x = torch.randint(0, 27, (2, 16))
+    _, loss = model(x, x)
+    loss.backward()
+    opt.step()
+    n = sum(p.numel() for p in model.parameters())
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
+    states = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if torch.is_tensor(t))
+    assert (weights + grads + states) / n == 12
+
+
+def test_bf16_pure_resumes_from_a_saved_optimizer_state_with_fp32_moments(run_config, tmp_path):
+    """A checkpoint's optimizer state loaded back (resume, a cooldown branch's fork) keeps its fp32
+    moments, so the next steps equal those of the run that never stopped."""
+    cfg = run_config(tmp_path, precision="bf16_pure")
+    model_cfg = train.prepare(cfg).cfg.model
+
+    def build(seed=0):
+        torch.manual_seed(seed)
+        model = GPT(model_cfg)
+        apply_precision(model, cfg.precision, "cpu")
+        return model, build_optimizer(model, cfg.optim)
+
+    def steps(model, opt, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        for _ in range(n):
+            x = torch.randint(0, 27, (2, 16), generator=g)
+            _, loss = model(x, x)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+
+    model, opt = build()
+    steps(model, opt, 3, seed=1)
+    saved_model = {k: v.clone() for k, v in model.state_dict().items()}
+    saved_opt = copy.deepcopy(opt.state_dict())
+    torch.manual_seed(7)  # stochastic rounding draws: the same in both continuations
+    steps(model, opt, 2, seed=2)
+
+    resumed, resumed_opt = build(seed=3)
+    resumed.load_state_dict(saved_model)
+    resumed_opt.load_state_dict(saved_opt)
+    assert all(t.dtype == torch.float32 for s in resumed_opt.state.values() for k, t in s.items() if k != "step")
+    torch.manual_seed(7)
+    steps(resumed, resumed_opt, 2, seed=2)
+    for (name, a), b in zip(model.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert a.dtype == torch.bfloat16 and torch.equal(a, b), name
+
+
+def test_fp8_emulated_swaps_every_block_linear_but_the_head(run_config, tmp_path):
+    cfg = run_config(tmp_path, precision="fp8_emulated")
+    model = GPT(train.prepare(cfg).cfg.model)
+    names_before = set(model.state_dict())
+    apply_precision(model, cfg.precision, "cpu")
+    swapped = [m for m in model.modules() if isinstance(m, Fp8Linear)]
+    assert len(swapped) == 4 * cfg.model.n_layer
+    assert set(model.state_dict()) == names_before
+    assert not isinstance(model.lm_head, Fp8Linear)
+
+
+def test_quantize_dequantize_error_is_within_fp8_resolution():
+    x = torch.randn(4096)
+    for dtype, mantissa_bits in ((E4M3, 3), (E5M2, 2)):
+        y = quantize_dequantize(x, dtype)
+        rel = ((y - x).abs() / x.abs().clamp(min=1e-3)).median()
+        assert 0 < rel <= 2.0 ** -(mantissa_bits + 1)
+        assert y.abs().max() == pytest.approx(x.abs().max(), rel=2.0 ** -(mantissa_bits + 1))
+
+
+def test_fp8_emulated_gradients_are_close_to_fp32():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 32, bias=False)
+    x = torch.randn(8, 64, requires_grad=True)
+    lin(x).sum().backward()
+    ref_w, ref_x = lin.weight.grad.clone(), x.grad.clone()
+    lin.weight.grad, x.grad = None, None
+    Fp8Linear(lin, emulated=True)(x).sum().backward()
+    # e4m3/e5m2 keep 3/2 mantissa bits: a few percent of relative error, not more.
+    for got, ref in ((lin.weight.grad, ref_w), (x.grad, ref_x)):
+        assert ((got - ref).norm() / ref.norm()).item() < 0.1
+    assert not torch.equal(lin.weight.grad, ref_w)  # quantization did happen
+
+
+def test_stochastic_rounding_is_unbiased():
+    torch.manual_seed(0)
+    x = torch.full((200_000,), 1.0 + 2**-10)  # between two bf16 neighbours (ulp at 1 is 2^-7)
+    y = stochastic_round(x, torch.bfloat16).float()
+    assert set(y.unique().tolist()) == {1.0, 1.0 + 2**-7}
+    assert y.mean().item() == pytest.approx(1.0 + 2**-10, abs=2e-5)

@@ -1,0 +1,123 @@
+"""One launch per config hash at a time (run/lock.py): a lock another process holds is Busy and names
+its owner, a killed owner leaves nothing stale, and the lease used where filesystems have no locks
+behaves the same, taking over a lease whose owner is gone or silent."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ablate.run import lock
+from ablate.run.lock import Busy, Owner, RunLock, busy_with, holder, owner_tag
+from ablate.tracking.tracker import ExistingRun
+
+HOLD = """
+import sys, time
+from ablate.run.lock import RunLock
+RunLock(sys.argv[1], sys.argv[2]).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def other_process():
+    """Start a process that takes the lock of a directory and holds it until killed."""
+    procs = []
+
+    def start(directory, mode="flock"):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(directory), mode], stdout=subprocess.PIPE, text=True, cwd=directory.parent
+        )
+        assert proc.stdout.readline().strip() == "held"
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("mode", ["flock", "lease"])
+def test_a_held_lock_is_busy_naming_its_owner_and_a_killed_owner_leaves_nothing_stale(tmp_path, other_process, mode):
+    directory = tmp_path / "hash"
+    proc = other_process(directory, mode)
+    with pytest.raises(Busy) as busy:
+        RunLock(directory, mode).acquire()
+    assert busy.value.owner.pid == proc.pid and busy.value.owner.host == socket.gethostname()
+    assert f"pid {proc.pid} on {socket.gethostname()}" in str(busy.value) and "\n" not in str(busy.value)
+    assert holder(directory).pid == proc.pid  # what a sweep's plan sees
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with RunLock(directory, mode) as taken:  # flock: the kernel dropped it; lease: its owner is gone
+        assert Owner.read(taken.path).pid == os.getpid()
+    assert holder(directory) is None
+
+
+def test_the_same_process_cannot_take_a_lock_twice(tmp_path):
+    with RunLock(tmp_path / "h"):
+        with pytest.raises(Busy):
+            RunLock(tmp_path / "h").acquire()
+        assert holder(tmp_path / "h").pid == os.getpid()  # the probe does not drop our own lock
+    RunLock(tmp_path / "h").acquire().release()
+
+
+def test_a_lease_of_another_host_is_busy_until_its_heartbeat_is_stale(tmp_path):
+    directory = tmp_path / "h"
+    directory.mkdir()
+    lease = directory / lock.LEASE_FILE
+    lease.write_text(json.dumps({"host": "elsewhere", "pid": 1, "since": time.time(), "mlflow_run_id": "r1"}))
+    with pytest.raises(Busy, match="pid 1 on elsewhere .*MLflow run r1"):
+        RunLock(directory, "lease").acquire()
+    old = time.time() - lock.STALE_S - 1
+    os.utime(lease, (old, old))  # that node died: its heartbeat stopped
+    with RunLock(directory, "lease") as taken:
+        assert Owner.read(taken.path).host == socket.gethostname()
+    assert not lease.exists()  # released: a lease is removed, a flock file stays
+
+
+def test_a_lease_is_kept_fresh_by_its_heartbeat(tmp_path, monkeypatch):
+    monkeypatch.setattr(lock, "HEARTBEAT_S", 0.05)
+    with RunLock(tmp_path / "h", "lease") as held:
+        before = held.path.stat().st_mtime
+        time.sleep(0.5)
+        assert held.path.stat().st_mtime > before
+
+
+def test_a_watchdogs_hold_is_waited_for(tmp_path, monkeypatch):
+    """A relaunch right after a kill -9 meets the watchdog closing the old run: it waits, not Busy."""
+    directory = tmp_path / "h"
+    script = (
+        "import sys, time\nfrom ablate.run.lock import Owner, RunLock\n"
+        "l = RunLock(sys.argv[1]); l.owner = Owner(l.owner.host, l.owner.pid, l.owner.since, 'r', 'watchdog')\n"
+        "l.acquire(); print('held', flush=True); time.sleep(1.0)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(directory)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    started = time.monotonic()
+    RunLock(directory).acquire().release()
+    assert time.monotonic() - started > 0.3
+    proc.wait()
+
+
+def test_busy_with_names_a_live_writer_of_a_running_mlflow_run(tmp_path, other_process):
+    me = Owner.me()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        alive = Owner(socket.gethostname(), live.pid, time.time())
+        assert "pid" in busy_with(ExistingRun("r", "RUNNING", "", owner_tag(alive)))
+        assert busy_with(ExistingRun("r", "KILLED", "", owner_tag(alive))) is None  # not running
+        assert busy_with(ExistingRun("r", "RUNNING", "", owner_tag(me))) is None  # this process
+        assert busy_with(ExistingRun("r", "RUNNING", "", "elsewhere 1 0")) is None  # another host: the lock decides
+    finally:
+        live.kill()
+        live.wait()
+    assert busy_with(ExistingRun("r", "RUNNING", "", owner_tag(alive))) is None  # its writer is gone
+    held = other_process(tmp_path / "h")
+    assert f"pid {held.pid}" in busy_with(None, tmp_path / "h")

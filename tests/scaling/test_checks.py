@@ -1,0 +1,186 @@
+"""ablate.scaling.checks: the verdicts fits get on data that cannot support them (noise, one size, a flat
+loss, runs far above their floor), one console line each and no numpy warning, and each check's
+threshold on hand-made cases."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from ablate.scaling.analysis import APPROACH3, fit_all
+from ablate.scaling.bootstrap import Estimate
+from ablate.scaling.checks import DEFAULT_NOISE, LawFacts, Thresholds, approach3_facts, law_verdict, run_noise
+from ablate.scaling.chinchilla import fit_approach3
+from ablate.scaling.points import Points
+from ablate.scaling.predict import FitOptions
+from ablate.scaling.report import summary_text
+from ablate.scaling.verdict import NOT_DETERMINED, TRUSTED, WIDE
+
+SIZES = np.geomspace(1e6, 1e8, 5)
+TOKENS = np.geomspace(1e8, 1e10, 5)
+
+
+def grid(loss_fn, seed: int = 0) -> Points:
+    N, D = (g.ravel() for g in np.meshgrid(SIZES, TOKENS))
+    return Points(N, D, loss_fn(N, D, np.random.default_rng(seed)))
+
+
+def fit_quietly(points: Points, coarse_grid, **kwargs):
+    """fit_all with every warning an error: none may reach the console."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = fit_all(points, options=FitOptions(n_boot=20, grid=coarse_grid), **kwargs)
+        text = summary_text(report)
+    return report, text
+
+
+def lines_for(text: str, prefix: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def test_pure_noise_is_not_trusted(coarse_grid):
+    noise = grid(lambda N, D, rng: 3.0 * np.exp(rng.normal(0, 0.05, N.size)))
+    report, text = fit_quietly(noise, coarse_grid, targets=[{"N": 1e10, "D": 1e12}])
+    verdict = report.verdicts[APPROACH3]
+    assert verdict.level != TRUSTED and {"residual_size", "not_identified", "at_bound"} & set(verdict.codes())
+    (line,) = lines_for(text, "Chinchilla approach 3: ")
+    assert line == verdict.line("Chinchilla approach 3", 3)
+    (prediction,) = report.predictions
+    assert prediction.loss is None and prediction.verdict.level == NOT_DETERMINED
+    assert report.approach3.law.alpha > 0 and report.approach3.law.beta > 0
+
+
+def test_a_single_size_leaves_approach_3_not_determined_and_fits_L_of_D(coarse_grid):
+    one = Points(np.full(8, 1e7), np.geomspace(1e8, 1e10, 8), 2 + 300 / np.geomspace(1e8, 1e10, 8) ** 0.3)
+    report, text = fit_quietly(one, coarse_grid, single=("N", "D"), targets=[{"C": 1e20}])
+    assert report.approach3 is None
+    v = report.verdicts[APPROACH3]
+    assert v.level == NOT_DETERMINED and v.codes() == ("few_sizes",)
+    (line,) = lines_for(text, "Chinchilla approach 3: ")
+    assert line.startswith("Chinchilla approach 3: not_determined: all points at one N (params) (1e+07)")
+    assert report.verdicts["kaplan_N"].level == NOT_DETERMINED
+    assert report.verdicts["kaplan_D"].level != NOT_DETERMINED  # one size still has a law in D
+    (prediction,) = lines_for(text, "prediction for ")
+    assert "not_determined: approach 3 is not determined: all points at one N" in prediction
+
+
+def test_a_flat_loss_is_not_determined(coarse_grid):
+    flat = grid(lambda N, D, rng: 2.5 * np.exp(rng.normal(0, 0.001, N.size)))
+    report, text = fit_quietly(flat, coarse_grid, targets=[{"C": 1e20}])
+    v = report.verdicts[APPROACH3]
+    assert v.level == NOT_DETERMINED and "flat_loss" in v.codes()
+    for key in ("kaplan_N", "kaplan_D", "kaplan_C"):
+        assert "flat_loss" in report.verdicts[key].codes()
+    assert len(lines_for(text, "Chinchilla approach 3: not_determined: ")) == 1
+    assert report.predictions[0].loss is None
+
+
+def test_runs_far_above_a_known_floor_keep_every_prediction_above_it(coarse_grid):
+    """Like the CPU ladder: loss still falls fast, far above the floor. E sits at the floor (said so),
+    and nothing predicted -- number or interval -- goes below it."""
+    floor = 0.5
+    steep = grid(lambda N, D, rng: floor + 0.9 + 3e3 / N**0.6 + 1e6 / D**0.8 + 0 * rng.random())
+    report, _ = fit_quietly(steep.with_floor(floor), coarse_grid, targets=[{"N": 1e12, "D": 1e14}, {"C": 1e14}])
+    assert report.approach3.law.E >= floor
+    for p in report.predictions:
+        assert p.loss is None or p.loss.ci95[0] >= floor
+    f = report.frontier
+    assert np.all(f.loss_lo >= floor) and np.all(f.loss >= floor)
+
+
+def test_run_noise_is_measured_from_repeated_runs():
+    N = np.repeat([1e6, 1e7, 1e8], 3)
+    D = np.full(9, 1e9)
+    L = np.exp(np.log(3.0) + np.tile([-0.02, 0.0, 0.02], 3))
+    noise = run_noise(N, D, L)
+    assert noise.sigma == pytest.approx(0.02) and noise.source.startswith("replicates (3 repeated (N, D), 6 degrees")
+    assert run_noise(N, D, L, given=0.005).sigma == 0.005
+    single = run_noise(np.geomspace(1e6, 1e8, 4), np.full(4, 1e9), np.full(4, 3.0))
+    assert single.sigma == DEFAULT_NOISE and single.source.startswith("default")
+
+
+# --- each check on hand-made facts ------------------------------------------------------------
+
+TH = Thresholds()
+NOISE = run_noise(np.ones(2), np.ones(2), np.ones(2), given=0.01)
+
+
+def facts(**change) -> LawFacts:
+    """A law that passes every check: 5 sizes and token counts over 2 decades, small residuals."""
+    rng = np.random.default_rng(0)
+    N, D = (g.ravel() for g in np.meshgrid(SIZES, TOKENS))
+    base = dict(
+        converged=True,
+        message="converged",
+        L=np.linspace(3, 2, N.size),
+        residuals=rng.normal(0, 0.005, N.size),
+        axes={"N": N, "D": D, "C": 6 * N * D},
+        design=("N", "D"),
+        E=Estimate(1.5, (1.4, 1.6)),
+        E_bounds=(0.0, 2.0),
+        floor_known=False,
+        exponents={"alpha": Estimate(0.3, (0.25, 0.35)), "beta": Estimate(0.3, (0.25, 0.36))},
+        n_params=5,
+        n_boot=100,
+        boot_converged=1.0,
+    )
+    return LawFacts(**{**base, **change})
+
+
+def test_a_law_that_passes_every_check_is_trusted():
+    assert law_verdict(facts(), NOISE, TH).level == TRUSTED
+
+
+@pytest.mark.parametrize(
+    "change,code,level",
+    [
+        ({"converged": False, "message": "DID NOT CONVERGE: x"}, "not_converged", NOT_DETERMINED),
+        (
+            {"axes": {"N": np.repeat([1e6, 1e7], 13)[:25], "D": np.geomspace(1e8, 1e10, 25)}},
+            "few_sizes",
+            NOT_DETERMINED,
+        ),
+        (
+            {"axes": {"N": np.tile(np.geomspace(1e6, 3e6, 5), 5), "D": np.geomspace(1e8, 1e10, 25)}},
+            "narrow_span",
+            NOT_DETERMINED,
+        ),
+        ({"axes": {"N": np.tile(np.geomspace(1e6, 7e6, 5), 5), "D": np.geomspace(1e8, 1e10, 25)}}, "narrow_span", WIDE),
+        ({"L": np.full(25, 2.0) * (1 + np.linspace(0, 0.01, 25))}, "flat_loss", NOT_DETERMINED),
+        ({"E": Estimate(1e-6, (0.0, 0.1))}, "at_bound", WIDE),
+        ({"E": Estimate(1.999, (1.99, 2.0))}, "at_bound", NOT_DETERMINED),
+        ({"exponents": {"alpha": Estimate(0.001, (0.0005, 0.01))}}, "at_bound", NOT_DETERMINED),
+        ({"exponents": {"alpha": Estimate(0.3, (0.1, 0.5))}}, "not_identified", WIDE),
+        ({"exponents": {"alpha": Estimate(0.3, (0.1, 98.0))}}, "not_identified", NOT_DETERMINED),
+        ({"E": Estimate(1.0, (0.2, 1.9))}, "not_identified", WIDE),
+        ({"n_boot": 0}, "bootstrap", WIDE),
+        ({"boot_converged": 0.5}, "bootstrap", WIDE),
+        ({"residuals": np.random.default_rng(1).normal(0, 0.03, 25)}, "residual_size", WIDE),
+        ({"residuals": np.random.default_rng(1).normal(0, 0.086, 25)}, "residual_size", NOT_DETERMINED),
+        ({"residuals": np.r_[np.full(19, -0.002), np.full(6, 0.012)]}, "residual_trend", WIDE),
+    ],
+)
+def test_each_check_names_its_reason_and_level(change, code, level):
+    v = law_verdict(facts(**change), NOISE, TH)
+    assert code in v.codes(), v
+    assert next(r.level for r in v.reasons if r.code == code) == level
+    assert all("\n" not in r.text for r in v.reasons)
+
+
+def test_E_at_a_known_floor_says_the_floor_sets_it():
+    v = law_verdict(facts(E=Estimate(0.5001, (0.5, 0.51)), E_bounds=(0.5, 2.0), floor_known=True), NOISE, TH)
+    (reason,) = [r for r in v.reasons if r.code == "at_bound"]
+    assert reason.level == WIDE and "E at the data's floor 0.5" in reason.text
+
+
+@pytest.mark.parametrize(("floor", "known"), [(0.5, True), (None, False), (0.0, False)])
+def test_a_floor_passed_to_the_fit_counts_as_known_even_when_the_points_carry_none(coarse_grid, floor, known):
+    """The library call fit_approach3(points, floor=F) bounds E by F: its facts say the floor is known,
+    whether or not the points carry entropy_floor; a zero bound is no floor."""
+    points = grid(lambda N, D, rng: 0.5 + 0.9 + 3e3 / N**0.6 + 1e6 / D**0.8 + 0 * rng.random())
+    assert points.entropy_floor is None
+    facts = approach3_facts(fit_approach3(points, floor=floor, n_boot=0, grid=coarse_grid))
+    assert facts.floor_known is known
+    assert facts.E_bounds[0] == (floor or 0.0)

@@ -1,0 +1,57 @@
+"""Constants the tests need at collection time: the repository's paths, the small-data overrides,
+and the presets read from conf/. Set-up (configs, command-line runs, stores, servers, clusters) is
+in fixtures (tests/conftest.py); this module holds nothing that starts or writes anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+DATA = ROOT / "tests" / "fixtures"  # committed input files (Epoch's Chinchilla CSV)
+
+# A small language (500 words) keeps data generation and evaluation quick in tests.
+SMALL_DATA = ["data.n_words=500", "data.train_tokens=200000", "data.val_tokens=20000"]
+
+
+def preset(group: str, name: str) -> dict:
+    """conf/GROUP/NAME.yaml as a plain dict, as the tests build configs from it."""
+    return yaml.safe_load((CONF / group / f"{name}.yaml").read_text())
+
+
+# Hoffmann et al. 2022's rounded approach-3 law, L = E + A/N^alpha + B/D^beta: the truth synthetic
+# scaling data are drawn from.
+TRUE_LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+
+
+def run_config(path: Path, tracking: str = "none", **overrides):
+    """A RunConfig from the real presets, tiny by default, its state (and its sqlite store with
+    tracking="mlflow") under path; overrides as {"train.steps": 10}, or a preset name for a whole
+    group ({"precision": "bf16"}). Building it starts and writes nothing."""
+    from ablate.config import parse_run
+
+    tree = {
+        "model": preset("model", "nano"),
+        "data": preset("data", "synthetic"),
+        "precision": preset("precision", "fp32"),
+        "hardware": preset("hardware", "cpu"),
+        "optim": preset("optim", "adamw"),
+        "train": preset("train", "default"),
+        "tracking": preset("tracking", tracking),
+        "state_dir": str(path / "state"),
+    }
+    tree["data"].update(n_words=500, train_tokens=200_000, val_tokens=20_000)
+    tree["train"].update(steps=20, eval_interval=10, log_interval=5, progress=False)
+    if tracking == "mlflow":
+        tree["tracking"]["uri"] = f"sqlite:///{path / 'mlflow.db'}"
+    for key, value in overrides.items():
+        section, _, leaf = key.partition(".")
+        if leaf:
+            tree[section][leaf] = value
+        elif isinstance(value, str) and section in ("model", "precision", "hardware", "data"):
+            tree[section] = preset(section, value)
+        else:
+            tree[section] = value
+    return parse_run(tree)

@@ -1,0 +1,93 @@
+"""What a precision sweep's summary shows: loss against FLOPs with each policy's ratio to fp32,
+speed and memory side by side, what a GPU would change; and a plain --multirun's name."""
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from ablate.sweep import summary
+from ablate.sweep.callback import sweep_name
+
+
+def rows_and_curves():
+    rows, curves = [], {}
+    for job, (precision, speed, memory, bump) in enumerate(
+        [("fp32", 900.0, 4e6, 0.0), ("bf16", 300.0, 4e6, 0.002), ("bf16_pure", 280.0, 3e6, 0.01)]
+    ):
+        flops = (1e9, 2e9, 3e9)
+        curves[job] = (flops, tuple(3.0 - 0.3 * i + bump for i in range(3)))
+        rows.append(
+            {
+                "job": job,
+                "label": f"precision={precision}",
+                "precision": precision,
+                "status": "finished",
+                "params": 59_904,
+                "tokens": 30_000,
+                "final_val_loss": curves[job][1][-1],
+                "tokens_per_s": speed,
+                "memory_bytes": memory,
+                "device": "cpu",
+                "overrides": {"precision": precision},
+            }
+        )
+    summary._compare_to_baseline(rows)
+    return rows, curves
+
+
+def test_runs_of_one_model_get_a_ratio_to_fp32_panel(tmp_path):
+    rows, curves = rows_and_curves()
+    assert summary._ratio_baseline(rows, curves)["precision"] == "fp32"
+    assert summary.plot_loss_vs_flops(rows, curves, tmp_path / "l.png").stat().st_size > 0
+    rows[1]["params"] = 1  # runs of different sizes: a ratio compares nothing
+    assert summary._ratio_baseline(rows, curves) is None
+
+
+def test_speed_and_memory_side_by_side_and_in_the_table(tmp_path):
+    rows, _ = rows_and_curves()
+    assert summary.plot_speed_memory(rows, tmp_path / "s.png").stat().st_size > 0
+    table = summary.format_table(rows, "precision")
+    assert "| memory |" in table and "| 3 MB |" in table
+
+
+def test_the_summary_says_what_a_gpu_would_change():
+    rows, _ = rows_and_curves()
+    note = summary.gpu_note(rows)
+    # conf/hardware/h100.yaml: bf16 989 TFLOP/s against TF32's 494.5: at most 2x for a compute-bound step
+    assert "bf16 2x" in note and "bf16_pure 2x" in note
+    assert "494 TFLOP/s for fp32 matmuls (as TF32)" in note
+    assert note in summary.format_table(rows, "precision")
+
+
+@pytest.mark.parametrize(
+    ("choices", "params", "task", "name"),
+    [
+        ({"sweep": "precision"}, None, ["precision=a,b"], "precision"),
+        ({}, None, ["model=nano,micro", "train.seed=0,1", "train.steps=20"], "model x train.seed"),
+        ({}, {"optim.lr": "1e-3,3e-3"}, ["+x=range(1,3)"], "optim.lr x x"),
+        ({}, None, ["train.steps=20"], "sweep"),
+    ],
+)
+def test_a_sweep_is_named_by_its_preset_else_its_axes(choices, params, task, name):
+    cfg = OmegaConf.create(
+        {"hydra": {"runtime": {"choices": choices}, "sweeper": {"params": params}, "overrides": {"task": task}}}
+    )
+    assert sweep_name(cfg) == name
+
+
+def test_a_recorded_mfu_above_100_percent_is_never_shown(tmp_path):
+    """Runs of an older ablate recorded MFUs of 127% (a CPU peak measured on a busy machine): the
+    summary's table, its JSON and its points show none above 100%, and say which runs it left out."""
+    recorded = {"model=nano": 0.2, "model=micro train.seed=1": 1.2763, "model=micro train.seed=2": 1.2675}
+    for job, (label, mfu) in enumerate(recorded.items()):
+        (tmp_path / str(job) / ".hydra").mkdir(parents=True)
+        (tmp_path / str(job) / ".hydra" / "overrides.yaml").write_text(json.dumps(label.split()))
+        result = {"status": "finished", "reason": "", "model": label.split()[0][6:], "precision": "fp32"}
+        result |= {"params": 1000 * (job + 1), "tokens": 8192, "flops": 1e9, "final_val_loss": 3.0 - job / 10}
+        (tmp_path / str(job) / "result.json").write_text(json.dumps({**result, "tokens_per_s": 900.0, "mfu": mfu}))
+    done = summary.summarize(tmp_path, {"name": "model x train.seed", "tracking_uri": None})
+    assert [r["mfu"] for r in done.rows] == [0.2, None, None]
+    assert [r["mfu"] for r in json.loads((tmp_path / "summary.json").read_text())["runs"]] == [0.2, None, None]
+    assert "20.00%" in done.table and "127" not in done.table and "126" not in done.table
+    assert "MFU not shown for model=micro train.seed=1, model=micro train.seed=2" in done.table

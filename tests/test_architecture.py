@@ -1,0 +1,296 @@
+"""The package layout as a rule: imports run one way through the layers, no module imports in a
+cycle, and planning and fitting work without torch. The tests' own layout too: tests/<package>/
+mirrors src/ablate/, shared set-up is in fixtures, and no file under tests/ imports another test file."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "ablate"
+TESTS = Path(__file__).resolve().parent
+
+# Lowest first. A module may import its own package and any package of a lower rank.
+LAYERS = [
+    {"ablate"},  # config, files, faults, host, provenance
+    {"model", "data"},
+    {"perf"},
+    {"tracking"},
+    {"run", "scaling"},
+    {"plan"},
+    {"sweep"},
+    {"search"},
+    {"cli"},
+]
+RANK = {pkg: rank for rank, pkgs in enumerate(LAYERS) for pkg in pkgs}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in SRC.rglob("*.py")}
+
+
+def package(module: str) -> str:
+    """The layer package of a module: ablate.run.train -> run; ablate.config -> ablate; __main__ is the CLI."""
+    parts = module.split(".")
+    if module == "ablate.__main__":
+        return "cli"
+    return parts[1] if len(parts) > 1 and (SRC / parts[1]).is_dir() else "ablate"
+
+
+def resolve(name: str) -> str:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def imports(path: Path) -> list[tuple[str, bool]]:
+    """(imported ablate module, at module level?) for every import outside `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text())
+    type_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for node in ast.walk(block)
+    }
+    top = {id(node) for node in tree.body}
+    for block in tree.body:  # imports under a module-level try/if still run at import time
+        if isinstance(block, (ast.If, ast.Try)) and id(block) not in type_only:
+            top |= {id(node) for node in ast.walk(block)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ablate":
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.append((full if full in MODULES else resolve(node.module), id(node) in top))
+        elif isinstance(node, ast.Import):
+            found += [(resolve(a.name), id(node) in top) for a in node.names if a.name.split(".")[0] == "ablate"]
+    return found
+
+
+GRAPH = {m: imports(p) for m, p in MODULES.items()}
+
+
+def test_every_package_has_a_layer():
+    packages = {package(m) for m in MODULES}
+    assert packages <= set(RANK), f"packages without a layer: {sorted(packages - set(RANK))}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down_the_layers(module):
+    mine = package(module)
+    upward = [target for target, _ in GRAPH[module] if package(target) != mine and RANK[package(target)] >= RANK[mine]]
+    assert not upward, f"{module} ({mine}, layer {RANK[mine]}) imports {upward}"
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    cycles, done, path = [], set(), []
+
+    def visit(node: str) -> None:
+        if node in path:
+            cycles.append(path[path.index(node) :] + [node])
+            return
+        if node in done:
+            return
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            visit(nxt)
+        path.pop()
+        done.add(node)
+
+    for node in sorted(edges):
+        visit(node)
+    return cycles
+
+
+def test_no_module_level_import_cycle():
+    edges = {m: {t for t, top in targets if top and t != m} for m, targets in GRAPH.items()}
+    assert _cycles(edges) == []
+
+
+def test_no_import_cycle_even_through_function_level_imports():
+    edges = {m: {t for t, _ in targets if t != m} for m, targets in GRAPH.items()}
+    assert _cycles(edges) == []
+
+
+def test_the_checker_finds_an_upward_import_and_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"]]
+    assert RANK[package("ablate.cli.train")] > RANK[package("ablate.run.train")] > RANK[package("ablate.config")]
+
+
+def test_planning_and_fitting_do_not_load_torch():
+    """The planner prices an H200 run and the fitter fits a CSV on a machine without torch: importing
+    their modules (and the commands over them) must not import it."""
+    names = sorted(m for m in MODULES if package(m) in ("plan", "scaling")) + [
+        "ablate.cli.plan",
+        "ablate.cli.fit",
+        "ablate.cli.backtest",
+    ]
+    code = "\n".join(
+        [
+            "import importlib, sys",
+            f"for m in {names!r}: importlib.import_module(m)",
+            "print(sorted(k for k in sys.modules if k.split('.')[0] == 'torch'))",
+        ]
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# -- the tests' own layout -------------------------------------------------------------------------
+
+
+def test_imports_of_a_test_file(tmp_path):
+    """What the rule below catches: conftest, a test module by any path, a relative one; not support."""
+    (tmp_path / "test_x.py").write_text(
+        "import conftest\nfrom test_train import run\nimport tests.run.test_train as t\nfrom . import test_y\n"
+        "from .test_z import q\nimport support\nfrom support import ROOT\nfrom ablate.run import train\n"
+    )
+    assert imported_test_modules(tmp_path / "test_x.py") == [
+        "conftest",
+        "test_train",
+        "tests.run.test_train",
+        ".test_y",
+        ".test_z",
+    ]
+
+
+def imported_test_modules(path: Path) -> list[str]:
+    """The conftest and test_* modules a file imports, anywhere in it (functions included)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            names = [base] if node.module else [f"{base}{a.name}" for a in node.names]
+        else:
+            continue
+        found += [n for n in names if any(p == "conftest" or p.startswith("test_") for p in n.lstrip(".").split("."))]
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.rglob("*.py")), ids=lambda p: str(p.relative_to(TESTS)))
+def test_no_test_file_imports_conftest_or_another_test_file(path):
+    """Shared set-up is a fixture (tests/conftest.py, tests/<package>/conftest.py), constants are in
+    tests/support.py; a test file imported by another runs its tests twice and hides what it shares."""
+    assert imported_test_modules(path) == [], f"{path.relative_to(TESTS)} imports {imported_test_modules(path)}"
+
+
+def test_test_file_names_are_unique():
+    """pytest's default (prepend) import mode imports each test file by its base name."""
+    names = [p.name for p in TESTS.rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_tests_mirror_the_packages():
+    """tests/<folder>/ is a package of src/ablate/, or the docs' examples (docs/), or committed inputs (fixtures/)."""
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert sorted(folders - packages - {"docs", "fixtures"}) == []
+
+
+def test_only_the_conftest_puts_tests_in_xdist_groups():
+    """pytest-xdist joins the names of every xdist_group an item carries into one new group: a
+    group set in a test file would take a `slurm` test out of the group the others share. Tests say
+    what they need with markers (slurm, load, alone); tests/conftest.py turns them into groups."""
+    setting = [
+        p.relative_to(TESTS)
+        for p in TESTS.rglob("*.py")
+        if p != TESTS / "conftest.py" and "xdist_group" in p.read_text()
+    ]
+    assert [str(p) for p in setting if p.name != "test_architecture.py"] == []
+
+
+PY_FILES = sorted(SRC.parent.rglob("*.py"))  # src/ablate and src/hydra_plugins
+
+
+@pytest.mark.parametrize("path", PY_FILES, ids=lambda p: str(p.relative_to(SRC.parent)))
+def test_every_import_of_ablate_names_something_that_exists(path):
+    """`from ablate.x import y` anywhere in src/, inside functions too: a lazy import that names a moved
+    module fails only when its command runs, so it is resolved here."""
+    import importlib
+
+    missing = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ablate":
+            try:
+                imported = importlib.import_module(node.module)
+            except ModuleNotFoundError:
+                missing.append(node.module)
+                continue
+            missing += [
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if not hasattr(imported, a.name) and f"{node.module}.{a.name}" not in MODULES
+            ]
+    assert missing == []
+
+
+def _third_party_at_module_level(path: Path) -> set[str]:
+    """Top-level names of the packages outside ablate and the standard library a module imports when it is imported."""
+    tree = ast.parse(path.read_text())
+    top = set()
+    for block in tree.body:
+        nodes = ast.walk(block) if isinstance(block, (ast.If, ast.Try)) else [block]
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                top |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                top.add(node.module.split(".")[0])
+    return {name for name in top if name not in sys.stdlib_module_names and name not in ("ablate", "__future__")}
+
+
+def _loads_a_dependency(module: str, seen: set[str] | None = None) -> bool:
+    """Whether importing an ablate module imports a package outside the standard library, through
+    its module-level imports."""
+    seen = set() if seen is None else seen
+    if module in seen:
+        return False
+    seen.add(module)
+    if _third_party_at_module_level(MODULES[module]):
+        return True
+    parents = [".".join(module.split(".")[:i]) for i in range(2, module.count(".") + 1)]
+    targets = [t for t, top in GRAPH[module] if top] + [p for p in parents if p in MODULES]
+    return any(_loads_a_dependency(t, seen) for t in targets)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_inside_functions_only_keep_a_dependency_lazy(module):
+    """An import inside a function is there to keep a dependency (torch, MLflow, matplotlib, ...) from
+    loading with the module; the standard library and ablate modules that load no dependency are
+    imported at the top, where a reader sees them."""
+    tree = ast.parse(MODULES[module].read_text())
+    top = {
+        id(n)
+        for block in tree.body
+        for n in ast.walk(block)
+        if not isinstance(block, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
+    needless = []
+    for node in ast.walk(tree):
+        if id(node) in top or not isinstance(node, (ast.Import, ast.ImportFrom)) or getattr(node, "level", 0):
+            continue
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+        for name in names:
+            if name.split(".")[0] in sys.stdlib_module_names:
+                needless.append(name)
+            elif name.split(".")[0] == "ablate":
+                target = resolve(name)
+                if isinstance(node, ast.ImportFrom):
+                    full = [f"{name}.{a.name}" for a in node.names if f"{name}.{a.name}" in MODULES]
+                    if full and not any(_loads_a_dependency(f) for f in full):
+                        needless.append(name)
+                        continue
+                    if full:
+                        continue
+                if not _loads_a_dependency(target):
+                    needless.append(name)
+    assert needless == [], f"{module} imports inside functions what loads no dependency: {needless}"
