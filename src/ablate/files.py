@@ -27,12 +27,14 @@ def temporary_path(path: Path) -> Path:
 
 
 @contextmanager
-def replacing(path: Path, durable: bool = False) -> Iterator[Path]:
+def replacing(path: Path, durable: bool = False, previous: Path | None = None) -> Iterator[Path]:
     """Write to the yielded temporary path; on success it replaces `path` in one rename, on any
     error it is removed and `path` is untouched. For files written piece by piece (token files).
 
     durable: fsync the file before the rename and the directory after it, so that after a power
     loss the name points at complete data (checkpoints).
+    previous: where the old `path` is renamed once the new file is complete, so that two complete
+    files (old and new) exist at every moment but between the two renames, when `previous` is one.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -42,6 +44,8 @@ def replacing(path: Path, durable: bool = False) -> Iterator[Path]:
         if durable:
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
+        if previous is not None and path.exists():
+            os.replace(path, previous)
         os.replace(tmp, path)
         if durable:
             _fsync_dir(path.parent)
@@ -49,13 +53,15 @@ def replacing(path: Path, durable: bool = False) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def write_bytes(path: Path, data: bytes, durable: bool = False, fault: str | None = None) -> Path:
-    """Write `data` to `path` atomically (see `replacing`).
+def write_bytes(
+    path: Path, data: bytes, durable: bool = False, fault: str | None = None, previous: Path | None = None
+) -> Path:
+    """Write `data` to `path` atomically (see `replacing`, which also says what `previous` keeps).
 
     fault: a failpoint name (faults.py) hit halfway through the write, where a kill leaves a torn
     temporary file and the old `path` intact.
     """
-    with replacing(path, durable) as tmp, open(tmp, "wb") as f:
+    with replacing(path, durable, previous) as tmp, open(tmp, "wb") as f:
         if fault:
             f.write(data[: len(data) // 2])
             failpoint(fault)

@@ -32,7 +32,8 @@ def test_the_cost_model_does_not_underestimate_a_real_build():
     assert spent < 2 * cost_seconds(spec, 2_000_000)  # the machine is shared: CPU time, with slack
 
 
-def test_a_slow_but_acceptable_language_says_so_before_it_starts(monkeypatch, capsys):
+def test_a_slow_but_acceptable_language_says_so_before_it_starts(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))  # generated here, not read from another test's cache
     monkeypatch.setattr(sources, "SAY_S", 0.0)
     sources.load_data(SyntheticDataConfig(n_words=500, train_tokens=20_000, val_tokens=2_000))
     assert capsys.readouterr().err.startswith("data: generating the synthetic language and 22,000 tokens (about")

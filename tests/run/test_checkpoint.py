@@ -8,7 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -18,6 +20,7 @@ from ablate.run import checkpoint, train
 from ablate.run.lock import RunLock
 from ablate.run.prepare import prepare
 from ablate.run.trainer import state_mismatch
+from ablate.run.watchdog import watch
 from ablate.tracking.tags import REASON_TAG
 
 STATE = {"model": {}, "optimizer": {}, "rng": torch.zeros(4), "train_time": 0.0, "pending": [], "config_hash": "h"}
@@ -39,6 +42,27 @@ def test_a_truncated_latest_is_quarantined_and_the_one_before_takes_its_place(tm
     (moved,) = (tmp_path / "quarantine").iterdir()
     assert moved.read_bytes() == data[: len(data) // 3]  # kept, not deleted
     assert checkpoint.load(tmp_path)["step"] == 10 and checkpoint.meta(tmp_path).step == 10  # promoted
+
+
+def test_a_write_that_dies_halfway_leaves_the_two_checkpoints_before_it_apart(tmp_path, monkeypatch):
+    """After a crash mid-write the latest and the one before are separate files: damage to one (a
+    truncation in place) leaves the other loadable."""
+    from ablate import files
+
+    saved(tmp_path, 10, 20)
+
+    def die(name):
+        raise KeyboardInterrupt(name)
+
+    monkeypatch.setattr(files, "failpoint", die)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save({**STATE, "step": 30}, tmp_path)
+    latest, before = tmp_path / "checkpoint.pt", tmp_path / "checkpoint.prev.pt"
+    assert (checkpoint.read(latest)["step"], checkpoint.read(before)["step"]) == (20, 10)
+    assert not os.path.samefile(latest, before)
+    with open(latest, "r+b") as f:
+        f.truncate(1000)
+    assert checkpoint.load_good(tmp_path, "h")["step"] == 10
 
 
 def test_when_no_checkpoint_is_good_there_is_none(tmp_path, capsys):
@@ -73,6 +97,28 @@ def test_a_checkpoint_whose_shapes_are_not_the_models_is_named(run_config, tmp_p
         "lacks the weight ln_f.weight"
     )
     assert state_mismatch(big, {"model": {**weights, "extra": torch.zeros(1)}}).startswith("has a weight extra")
+
+
+@pytest.mark.parametrize("mup", [False, True])
+def test_the_checked_shapes_are_the_models_and_checking_them_stays_warm(run_config, tmp_path, mup):
+    """A resume checks a checkpoint against the model's shapes without importing torch._dynamo (a
+    model on the meta device would: seconds, in a worker that was warm)."""
+    cfg = prepare(run_config(tmp_path, **{"model.mup": mup})).cfg.model
+    code = f"""
+import sys
+from ablate.config import ModelConfig
+from ablate.model.gpt import GPT, weight_shapes
+from ablate.run.trainer import state_mismatch
+from ablate.run.watchdog import watch
+cfg = ModelConfig(**{vars(cfg)!r})
+real = GPT(cfg).state_dict()
+assert weight_shapes(cfg) == {{k: tuple(v.shape) for k, v in real.items()}}
+assert state_mismatch(cfg, {{"model": real}}) is None
+print("torch._dynamo" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_a_run_resumes_past_a_truncated_checkpoint_and_finishes_complete(run_config, tmp_path, capsys):
@@ -166,3 +212,35 @@ def test_the_watchdog_leaves_a_run_that_a_relaunch_took_over_alone(tmp_path):
     with RunLock(tmp_path / "lock"):
         time.sleep(8)
         assert client.get_run(run_id).info.status == "RUNNING"
+
+
+def test_the_signals_a_scheduler_sends_to_every_process_of_a_job_do_not_end_the_watchdog(tmp_path):
+    """scancel --signal=USR2 reaches every process of a job, the watchdog included: it stays, so that
+    the run can still tell it it closed the run, and a later SIGKILL of the run is still caught."""
+
+    proc, client, run_id = _watched(tmp_path, "open")
+    (dog,) = [c for c in psutil.Process(proc.pid).children() if "ablate.run.watchdog" in " ".join(c.cmdline())]
+    deadline = time.monotonic() + 60
+    while not _ignores(dog.pid, signal.SIGUSR2) and time.monotonic() < deadline:  # it has set up
+        time.sleep(0.05)
+    for signum in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        os.kill(dog.pid, signum)
+    time.sleep(0.5)
+    assert dog.is_running() and dog.status() != psutil.STATUS_ZOMBIE
+    assert _status_after_kill(proc, client, run_id) == "KILLED"
+
+
+def _ignores(pid: int, signum: int) -> bool:
+    """Whether process `pid` ignores `signum` (the SigIgn mask of /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def test_telling_a_watchdog_that_is_gone_is_not_an_error(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'w.db'}"
+    guard = watch(uri, "no-such-run")
+    guard.proc.kill()
+    guard.proc.wait()
+    guard.done()  # the pipe's reader is gone: nothing to tell, and no BrokenPipeError

@@ -123,13 +123,6 @@ def test_a_killed_job_is_one_failed_row_and_the_worker_goes_on(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.e2e
-@pytest.mark.xfail(
-    reason=(
-        "open bug: a resumed job in the warm worker imports torch._dynamo and sympy (795 modules) "
-        "instead of running warm"
-    ),
-    strict=False,
-)
 def test_ctrl_c_stops_a_sweep_in_one_line_and_the_same_command_resumes_it(tmp_path, cli, run_statuses):
     """Ctrl-C (SIGINT to the launcher's process group, as a terminal sends it) while two runs train:
     one line on stderr, exit 130, every MLflow run KILLED and none RUNNING, checkpoints kept; the

@@ -309,13 +309,6 @@ def test_scontrol_requeue_resumes_from_the_checkpoint_into_the_same_run(cli, run
 
 @pytest.mark.slow
 @pytest.mark.slurm
-@pytest.mark.xfail(
-    reason=(
-        "open bug: since the run lock landed, the launching command ends (rc 1) while the "
-        "USR2-requeued job should be training again"
-    ),
-    strict=False,
-)
 def test_usr2_requeues_the_job_until_its_timeouts_are_used_up(cli, workdir):
     # A 5-minute limit: submitit counts a USR2 this far from the limit as a time-out (see
     # submitit's has_timed_out); one requeue allowed, so the second USR2 fails the run.

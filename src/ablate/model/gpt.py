@@ -153,3 +153,30 @@ def attention_scale(cfg: ModelConfig) -> float:
     hd = cfg.n_embd // cfg.n_head
     base_hd = (cfg.mup_base_width or cfg.n_embd) / cfg.n_head
     return math.sqrt(base_hd) / hd
+
+
+def weight_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The state_dict shapes of GPT(cfg), cheaply: built on the CPU with every in-place fill (the
+    initialisers) skipped, so its weights are allocated but never written. Not on the meta device:
+    meta tensors run torch's Python reference ops, whose first call imports torch._dynamo (about as
+    long as importing torch), which a resume in a warm worker would pay."""
+    with _NoInPlaceFills():
+        return {k: tuple(v.shape) for k, v in GPT(cfg).state_dict().items()}
+
+
+# Tensor methods that write values, never shapes (in-place view ops such as unsqueeze_ are not here).
+_FILLS = frozenset(
+    {"normal_", "uniform_", "zero_", "fill_", "copy_", "bernoulli_", "exponential_", "random_", "log_normal_"}
+)
+
+
+class _NoInPlaceFills(torch.overrides.TorchFunctionMode):
+    """Returns the target of every initialiser (torch.nn.init.*) and value fill (_FILLS) unchanged."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", "") == "torch.nn.init" or getattr(func, "__name__", "") in _FILLS:
+            target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+            if isinstance(target, torch.Tensor):
+                return target
+        return func(*args, **kwargs)

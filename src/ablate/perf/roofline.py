@@ -77,20 +77,21 @@ def matmul_dtype(precision: PrecisionConfig, device: str) -> str:
 def ceilings_for(hw: Hardware, precision: PrecisionConfig) -> Ceilings | None:
     """Peak FLOP/s and bandwidth for this run, or None when nothing gives them (e.g. mps, auto)."""
     dtype = matmul_dtype(precision, hw.device)
-    peaks, bandwidth_gbs, source = dict(hw.peak_flops), hw.memory_bandwidth_gbs, f"hardware={hw.name}"
-    if hw.device == "cuda" and not (peaks and bandwidth_gbs) and torch.cuda.is_available():
+    peaks, source = dict(hw.peak_flops), f"hardware={hw.name}"
+    bandwidth = hw.memory_bandwidth_gbs * 1e9 if hw.memory_bandwidth_gbs else None  # bytes/s
+    if hw.device == "cuda" and not (peaks and bandwidth) and torch.cuda.is_available():
         entry = catalogue_match(torch.cuda.get_device_name())
         if entry is not None:
             peaks = {k: float(v) for k, v in entry.peak_flops.items() if v is not None}
-            bandwidth_gbs = entry.memory_bandwidth_gbs
+            bandwidth = entry.memory_bandwidth_gbs * 1e9 if entry.memory_bandwidth_gbs else None
             source = f"catalogue {entry.name}, matched to {torch.cuda.get_device_name()!r}"
     if hw.device == "cpu":
         # hardware.resolve has put the measured fp32 peak in peak_flops unless one was given.
         if dtype not in peaks:
             peaks[dtype] = measured_cpu_peak_flops(dtype=dtype)
-        measured_bandwidth = bandwidth_gbs is None
+        measured_bandwidth = bandwidth is None
         if measured_bandwidth:
-            bandwidth_gbs = measured_cpu_bandwidth() / 1e9
+            bandwidth = measured_cpu_bandwidth()
         source = (
             f"hardware={hw.name}: {dtype} peak from this CPU's matmul benchmark unless hardware.peak_flops "
             "gives it, bandwidth from "
@@ -98,9 +99,9 @@ def ceilings_for(hw: Hardware, precision: PrecisionConfig) -> Ceilings | None:
             f" (benchmarks cached in {cache_dir()})"
         )
     peak = peaks.get(dtype) or peaks.get("fp32")
-    if not peak or not bandwidth_gbs:
+    if not peak or not bandwidth:
         return None
-    return Ceilings(float(peak), float(bandwidth_gbs) * 1e9, dtype if dtype in peaks else "fp32", source)
+    return Ceilings(float(peak), float(bandwidth), dtype if dtype in peaks else "fp32", source)
 
 
 def catalogue_match(device_name: str) -> HardwareConfig | None:

@@ -4,9 +4,10 @@ Beside checkpoint.pt, checkpoint.json holds what deciding about a run needs (its
 run, its config hash) so that a sweep can plan without loading tensors or importing torch. It is
 written after the .pt file, so whenever it names a step, that step's tensors are on disk.
 
-The checkpoint before the latest stays as checkpoint.prev.pt (a hard link made before the new file
-replaces the old name, so it costs no copy): when the latest turns out unreadable (truncated by
-hand, a disk that lied, a file from another config) the run goes on from the one before.
+The checkpoint before the latest stays as checkpoint.prev.pt, its own file (renamed there once the new
+one is complete, so it costs no copy and nothing done to the latest touches it): when the latest turns
+out unreadable (truncated by hand, a disk that lied, a file from another config) the run goes on from
+the one before.
 A checkpoint that does not load or does not match its run is never deleted: `load_good` moves it to
 STATE/<hash>/quarantine/ and names it in one line.
 """
@@ -49,19 +50,15 @@ class CheckpointMeta:
 
 
 def save(state: dict, directory: Path) -> Path:
-    """torch.save to memory, then one durable atomic write (files.write_bytes: fsync, rename)."""
+    """torch.save to memory, then one durable atomic write (files.write_bytes: fsync, rename) that
+    moves the latest checkpoint to checkpoint.prev.pt once the new one is complete."""
     import torch
 
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    current, previous = directory / CHECKPOINT, directory / PREVIOUS
-    if current.is_file():  # keep the complete one we have until the new one is complete too
-        previous.unlink(missing_ok=True)
-        try:
-            os.link(current, previous)
-        except OSError:  # a filesystem without hard links: one checkpoint, as before
-            pass
-    path = write_bytes(current, buffer.getvalue(), durable=True, fault="checkpoint.write")
+    path = write_bytes(
+        directory / CHECKPOINT, buffer.getvalue(), durable=True, fault="checkpoint.write", previous=directory / PREVIOUS
+    )
     write_json(directory / META, _meta_doc(state))
     return path
 

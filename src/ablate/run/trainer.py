@@ -12,7 +12,7 @@ import torch
 
 from ablate.data.sources import get_batch
 from ablate.model import accounting
-from ablate.model.gpt import GPT
+from ablate.model.gpt import GPT, weight_shapes
 from ablate.model.optim import build_optimizer, lr_at
 from ablate.model.precision import apply_precision
 from ablate.perf import profiling
@@ -37,13 +37,11 @@ class StopRun(Exception):
 
 
 def state_mismatch(model_cfg, state: dict) -> str | None:
-    """Why a checkpoint's weights cannot be this model's (a name or a shape differs), or None.
-    The model is built on the meta device: shapes only, no memory, no initialisation cost."""
+    """Why a checkpoint's weights cannot be this model's (a name or a shape differs), or None."""
     weights = state.get("model")
     if not isinstance(weights, dict):
         return "holds no model weights"
-    with torch.device("meta"):
-        expected = {k: tuple(v.shape) for k, v in GPT(model_cfg).state_dict().items()}
+    expected = weight_shapes(model_cfg)
     found = {k: tuple(getattr(v, "shape", ())) for k, v in weights.items()}
     for key in sorted(expected.keys() | found.keys()):
         if key not in found:

@@ -12,13 +12,16 @@ With a LOCK_DIR (a training run's state dir) it does so holding the run's lock (
 relaunch that already took the run over is left alone; a relaunch that finds the watchdog holding
 the lock waits for it (a second or so).
 
-The watchdog imports only the standard library until it has to act, and starts its own session, so
-that a Ctrl-C or a kill of the process group does not end it before the run is closed.
+The watchdog imports only the standard library until it has to act, starts its own session and
+ignores the signals meant for the run (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2), so that a Ctrl-C,
+a kill of the process group or SLURM signalling every process of a job (scancel --signal=USR2 before
+a time limit) does not end it before the run is closed; SIGKILL still does.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -48,6 +51,8 @@ class Watch:
         if self._write is not None:
             try:
                 os.write(self._write, DONE)
+            except BrokenPipeError:  # the watchdog is gone (SIGKILL): there is no one left to tell
+                pass
             finally:
                 os.close(self._write)
                 self._write = None
@@ -63,7 +68,13 @@ def watch(uri: str, run_id: str, lock_dir=None) -> Watch | None:
         return None
 
 
+# Signals that mean "stop the run" (a terminal, a scheduler): the watchdog outlives the run.
+RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
 def main(uri: str, run_id: str, lock_dir: str | None = None) -> int:
+    for signum in RUN_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     message = sys.stdin.buffer.read()  # returns when the watched process has closed its end
     if message == DONE:
         return 0
