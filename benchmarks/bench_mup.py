@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from ablate.files import save_figure, write_json  # noqa: E402
-from support import preset  # noqa: E402  (the presets under conf/, as the tests read them)
+from support import run_config  # noqa: E402  (a run of the presets under conf/, as the tests build it)
 
 RESULTS = ROOT / "benchmarks" / "results"
 WIDTHS = (32, 64, 128, 256)
@@ -54,31 +54,16 @@ SETTINGS = {
 
 def config(workdir: Path, width: int, lr: float, mup: bool, steps: int):
     """The nano preset at this width, lr and parametrization, on the small synthetic language."""
-    from ablate.config import parse_run
-
-    tree = {
-        "model": preset("model", "nano"),
-        "data": preset("data", "synthetic"),
-        "precision": preset("precision", "fp32"),
-        "hardware": preset("hardware", "cpu"),
-        "optim": preset("optim", "adamw"),
-        "train": preset("train", "default"),
-        "tracking": preset("tracking", "none"),
-        "state_dir": str(workdir / "state"),
-    }
-    tree["data"].update(n_words=500, train_tokens=200_000, val_tokens=20_000)
-    tree["train"].update(steps=steps, eval_interval=steps, progress=False)
     overrides = {
         **SETTINGS,
         "model.n_embd": width,
         "model.mup": mup,
         "model.mup_base_width": WIDTHS[0],
         "optim.lr": lr,
+        "train.steps": steps,
+        "train.eval_interval": steps,
     }
-    for key, value in overrides.items():
-        section, leaf = key.split(".")
-        tree[section][leaf] = value
-    return parse_run(tree)
+    return run_config(workdir, **overrides)
 
 
 def run_one(job: tuple) -> tuple:

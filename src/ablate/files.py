@@ -105,6 +105,13 @@ def read_json(path: Path, default: Any = None) -> Any:
         return default
 
 
+def read_json_object(path: Path) -> dict:
+    """The JSON object at `path`; empty when the file is missing, is not JSON or holds another type
+    (a cache or a record that another process may be rewriting, or that a person edited)."""
+    doc = read_json(path, {})
+    return doc if isinstance(doc, dict) else {}
+
+
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ablate.config import ConfigError, HardwareConfig, PrecisionConfig
-from ablate.files import read_json, write_json
+from ablate.files import read_json_object, write_json
 from ablate.perf import peak, support
 
 
@@ -125,22 +124,16 @@ def measured_cpu_peak_flops(dtype: str = "fp32", threads: int | None = None) -> 
 def cached_measurement(cache: Path, name: str, measure) -> float:
     """Runs `measure()` once per machine and torch thread count, and keeps the figure in the JSON file
     `cache` as {machine key: {name: value}} (several figures, several thread counts, one file)."""
-    key = f"{platform.node()}|{platform.processor()}|{os.cpu_count()}|{torch.get_num_threads()}"
-    saved = _read_cache(cache)
+    key = f"{peak.machine_key()}|{torch.get_num_threads()}"
+    saved = read_json_object(cache)
     entry = saved.get(key) if isinstance(saved.get(key), dict) else {}
     if isinstance(entry.get(name), (int, float)):
         return float(entry[name])
     value = float(measure())
-    saved = _read_cache(cache)  # another process may have added figures while this one measured
+    saved = read_json_object(cache)  # another process may have added figures while this one measured
     saved[key] = {**(saved.get(key) if isinstance(saved.get(key), dict) else {}), name: value}
     try:
         write_json(cache, saved)
     except OSError:  # a read-only home: the figure is still good for this process
         pass
     return value
-
-
-def _read_cache(cache: Path) -> dict:
-    """The cache's figures: empty when it is missing, unreadable or not a JSON object."""
-    doc = read_json(cache, {})
-    return doc if isinstance(doc, dict) else {}

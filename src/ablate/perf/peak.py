@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ablate.files import cache_dir, read_json, write_json
+from ablate.files import cache_dir, read_json_object, write_json
 from ablate.host import available_cores
 
 CACHE_FILE = "cpu_peak_per_core.json"
@@ -66,7 +66,7 @@ class PerCore:
 def per_core(dtype: str = "fp32", cache: Path | None = None) -> PerCore:
     """The per-core peak of `dtype` matmuls on this machine: cached, else measured now."""
     path = cache or cache_dir() / CACHE_FILE
-    saved = _read(path).get(machine_key(), {}).get(dtype)
+    saved = read_json_object(path).get(machine_key(), {}).get(dtype)
     if isinstance(saved, dict):
         try:
             return PerCore(**saved)
@@ -200,7 +200,7 @@ def machine_key() -> str:
 
 def _keep(path: Path, dtype: str, figure: PerCore) -> PerCore:
     """Save `figure` unless the cache already holds a higher one for this machine (kept instead)."""
-    saved = _read(path)  # another process may have measured meanwhile
+    saved = read_json_object(path)  # another process may have measured meanwhile
     entry = saved.setdefault(machine_key(), {})
     old = entry.get(dtype)
     if isinstance(old, dict) and isinstance(old.get("flops"), (int, float)) and old["flops"] >= figure.flops:
@@ -214,9 +214,3 @@ def _keep(path: Path, dtype: str, figure: PerCore) -> PerCore:
     except OSError:  # a read-only home: the figure is still good for this process
         pass
     return figure
-
-
-def _read(path: Path) -> dict:
-    """The cache's figures: empty when it is missing, unreadable or not a JSON object."""
-    doc = read_json(path, {})
-    return doc if isinstance(doc, dict) else {}

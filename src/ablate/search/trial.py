@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ablate.files import read_json, write_json
+from ablate.files import read_json_object, write_json
 from ablate.search.config import SearchConfig
 from ablate.search.storage import make_pruner, open_storage
 
@@ -78,8 +78,7 @@ def sweep_dir_of(hc) -> Path:
 
 
 def read_trials_file(sweep_dir: Path) -> dict:
-    doc = read_json(sweep_dir / TRIALS_FILE, {})
-    return doc if isinstance(doc, dict) else {}
+    return read_json_object(sweep_dir / TRIALS_FILE)
 
 
 @dataclass

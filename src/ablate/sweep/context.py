@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.files import read_json
+from ablate.files import read_json_object
 
 SWEEP_FILE = "sweep.json"
 LAUNCHES_FILE = "launches.jsonl"  # one line per launch into this sweep dir (a relaunch appends)
@@ -42,5 +42,4 @@ def job_context(hc) -> JobContext:
 
 
 def read_sweep_file(sweep_dir: Path) -> dict:
-    doc = read_json(sweep_dir / SWEEP_FILE, {})
-    return doc if isinstance(doc, dict) else {}
+    return read_json_object(sweep_dir / SWEEP_FILE)
