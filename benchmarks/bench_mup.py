@@ -1,20 +1,26 @@
 """Does the learning rate tuned at one width carry over to wider models, and do the wider models gain
 from their width? muP against the standard parametrization (SP).
 
-The same grid of learning rates is trained at several widths (fixed depth, heads, data, steps and
-seeds), in SP and under muP with the narrowest width as the base (Yang et al. 2022, Tensor Programs
-V, Fig. 1 is this experiment at scale). At the base width the two are the same network. The optimum
-of each width is the grid point of lowest final validation loss, refined by a parabola through it and
-its two neighbours in log2(lr). Two properties are checked:
+µTransfer (Yang et al. 2022, Tensor Programs V) tunes a model's hyperparameters once, at a narrow
+base width, and carries them to wider models. Here the base width is 32 and two hyperparameters are
+tuned there: the learning rate and the init scale `model.init_std` (sigma: the std of the embeddings,
+and of the hidden matrices at the base width; under muP a hidden matrix's std is sigma / sqrt(m)).
+Then the same grid of learning rates is trained at every width (fixed depth, heads, data, steps and
+seed): under muP with the base width's sigma, under SP with GPT-2's 0.02, the default, at every
+width (TP5's Fig. 1 is this experiment at scale). At the base width, muP with sigma = 0.02 is the SP
+network. The optimum of each width is the grid point of lowest final validation loss, refined by a
+parabola through it and its two neighbours in log2(lr). Two properties are checked:
 
 - transfer: the optimum's drift from the base to the widest width, log2(lr*(widest) / lr*(base)), in
   octaves, is under a quarter octave under muP;
 - gain: at every width muP's best loss is at most SP's best (within `--tolerance` nats).
 
-Steps: 120-step runs (61K tokens) measured the first moments of training, where SP's wider models,
-whose hidden weights keep GPT-2's std 0.02 and so grow their gain as sqrt(width), start ahead: the
-default is 300 steps (2.5x the tokens). Runs go in parallel processes (`--jobs`), one thread each; CPU time is reported
-(on a shared machine wall time says little).
+Steps: muP's defaults untuned (sigma = 0.02) lost to SP at every width past the base, by 0.11 to 0.35
+nats at 300 steps: SP's hidden std stays 0.02 as the model widens, so its init gain grows as
+sqrt(width), while muP holds the base width's, and at width 32 a std of 0.02 is far below the best
+(measured: 0.08). 300-step runs also leave the optimum's position to the first moments of
+training: the default is 1,000 steps (512K tokens). Runs go in parallel processes (`--jobs`), one
+thread each; CPU time is reported (on a shared machine wall time says little).
 
 Writes benchmarks/results/mup.json and mup.png.
 """
@@ -38,7 +44,10 @@ from support import run_config  # noqa: E402  (a run of the presets under conf/,
 
 RESULTS = ROOT / "benchmarks" / "results"
 WIDTHS = (32, 64, 128, 256)
-SP_OCTAVES = tuple(range(-10, -4))  # lr = 2^k: 9.8e-4 .. 3.1e-2, where SP's optimum moves
+BASE = WIDTHS[0]
+SP_STD = 0.02  # GPT-2's init std, the preset's default
+INIT_STDS = (0.02, 0.04, 0.08, 0.16)  # sigma, tuned at the base width with the learning rate
+SP_OCTAVES = tuple(range(-11, -3))  # lr = 2^k: 4.9e-4 .. 6.3e-2, where SP's optimum moves
 MUP_OCTAVES = tuple(range(-8, -3))  # 3.9e-3 .. 6.3e-2, around muP's
 SETTINGS = {
     "model.n_layer": 1,
@@ -52,13 +61,14 @@ SETTINGS = {
 }
 
 
-def config(workdir: Path, width: int, lr: float, mup: bool, steps: int):
-    """The nano preset at this width, lr and parametrization, on the small synthetic language."""
+def config(workdir: Path, width: int, lr: float, mup: bool, steps: int, init_std: float = SP_STD):
+    """The nano preset at this width, lr, init scale and parametrization, on the small synthetic language."""
     overrides = {
         **SETTINGS,
         "model.n_embd": width,
         "model.mup": mup,
-        "model.mup_base_width": WIDTHS[0],
+        "model.mup_base_width": BASE,
+        "model.init_std": init_std,
         "optim.lr": lr,
         "train.steps": steps,
         "train.eval_interval": steps,
@@ -67,18 +77,19 @@ def config(workdir: Path, width: int, lr: float, mup: bool, steps: int):
 
 
 def run_one(job: tuple) -> tuple:
-    """One run in a worker process: (key, width, octave, final val loss or None, CPU seconds)."""
+    """One run in a worker process: job (key, width, octave, init std, steps) -> (job, final val loss
+    or None, CPU seconds). key "sp" is the standard parametrization, any other muP."""
     import torch
 
     from ablate.run import train
 
-    key, width, octave, steps = job
+    key, width, octave, init_std, steps = job
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = config(Path(tmp), width, 2.0**octave, key == "mup", steps)
+        cfg = config(Path(tmp), width, 2.0**octave, key != "sp", steps, init_std)
         result = train.run(cfg, Path(tmp) / "out")
     loss = result.final_val_loss if result.status == "finished" else None
-    return key, width, octave, loss, result.train_cpu_s
+    return job, loss, result.train_cpu_s
 
 
 def optimum(octaves: list[int], losses: list[float | None]) -> dict:
@@ -106,6 +117,20 @@ def transfer_penalty(octaves: list[int], losses: list[float | None], lr: float) 
         if x0 <= x <= x1:
             return y0 + (y1 - y0) * (x - x0) / (x1 - x0) - min(v for _, v in pts)
     return None
+
+
+def base_tuning(losses: dict) -> dict:
+    """At the base width, each sigma's optimum over the learning-rate grid; the chosen sigma is the one
+    whose best loss is lowest."""
+    rows = {f"{std:g}": optimum(list(MUP_OCTAVES), losses[std]) for std in INIT_STDS}
+    chosen = min(INIT_STDS, key=lambda std: rows[f"{std:g}"]["loss"])
+    return {
+        "width": BASE,
+        "octaves": list(MUP_OCTAVES),
+        "losses": {f"{std:g}": losses[std] for std in INIT_STDS},
+        "optimum": rows,
+        "init_std": chosen,
+    }
 
 
 def summarize(losses: dict, octaves: dict, tolerance: float) -> dict:
@@ -143,22 +168,34 @@ def plot(results: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.4), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), sharey=True)
     colors = plt.cm.viridis([0.0, 0.3, 0.6, 0.85])
-    titles = (("sp", "standard parametrization"), ("mup", f"muP (base width {WIDTHS[0]})"))
-    for ax, (key, title) in zip(axes, titles, strict=True):
+    tuning = results["base_tuning"]
+    ax = axes[0]
+    for color, (std, row) in zip(colors, tuning["losses"].items(), strict=True):
+        pts = [(2.0**k, v) for k, v in zip(tuning["octaves"], row, strict=True) if v is not None]
+        ax.plot(*zip(*pts, strict=True), marker="o", color=color, label=f"init std {std}")
+    ax.set_title(f"width {BASE}: the base width's init std and lr (chosen: {tuning['init_std']:g})", fontsize=10)
+    ax.legend()
+    std = tuning["init_std"]
+    titles = (
+        ("sp", f"standard parametrization (init std {SP_STD:g})"),
+        ("mup", f"muP (base {BASE}, init std {std:g})"),
+    )
+    for ax, (key, title) in zip(axes[1:], titles, strict=True):
         part = results[key]
         for color, width in zip(colors, WIDTHS, strict=True):
             row = part["losses"][str(width)]
             pts = [(2.0**k, v) for k, v in zip(part["octaves"], row, strict=True) if v is not None]
             ax.plot(*zip(*pts, strict=True), marker="o", color=color, label=f"width {width}")
             ax.axvline(part["optimum"][str(width)]["lr"], color=color, linestyle=":", linewidth=1.5)
+        ax.set_title(f"{title}: optimum drifts {part['drift_octaves']:+.2f} octaves", fontsize=10)
+        ax.legend()
+    for ax in axes:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("learning rate (Adam)")
-        ax.set_title(f"{title}: optimum drifts {part['drift_octaves']:+.2f} octaves", fontsize=10)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("final validation loss (nats/token)")
-    axes[0].legend()
     low = min(v for k in ("sp", "mup") for row in results[k]["losses"].values() for v in row if v is not None)
     axes[0].set_ylim(low - 0.05, low + 1.0)
     fig.suptitle(f"Best learning rate and best loss as the model widens ({results['steps']} steps; dotted: optimum)")
@@ -168,36 +205,63 @@ def plot(results: dict, path: Path) -> Path:
     return path
 
 
+def train_all(jobs: list[tuple], workers: int) -> tuple[dict, float]:
+    """{job: final val loss}, and the runs' CPU seconds; widest first, so that the pool's last runs are
+    its cheapest."""
+    done, cpu = {}, 0.0
+    with ProcessPoolExecutor(workers) as pool:
+        for job, loss, run_cpu in pool.map(run_one, sorted(jobs, key=lambda j: -j[1])):
+            done[job] = loss
+            cpu += run_cpu
+            key, width, k, std, _ = job
+            print(f"{key:>4} width {width:>3} init std {std:g} lr 2^{k}: {loss}", flush=True)
+    return done, cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
     parser.add_argument("--tolerance", type=float, default=0.0, help="nats muP's best may exceed SP's by")
     args = parser.parse_args()
     import torch
 
     started, cpu0 = time.perf_counter(), time.process_time()
+    n = args.steps
+    # Stage 1, with SP at every width: the base width's sigma and lr. muP at the base width with
+    # SP's std is the SP network, so those runs are SP's, not repeated.
+    sp_jobs = [("sp", w, k, SP_STD, n) for w in WIDTHS for k in SP_OCTAVES]
+    base_jobs = [
+        ("base", BASE, k, std, n) for std in INIT_STDS for k in MUP_OCTAVES if not (std == SP_STD and k in SP_OCTAVES)
+    ]
+    done, cpu = train_all(sp_jobs + base_jobs, args.jobs)
+
+    def base_loss(std: float, k: int) -> float | None:
+        if std == SP_STD and k in SP_OCTAVES:
+            return done[("sp", BASE, k, SP_STD, n)]
+        return done[("base", BASE, k, std, n)]
+
+    tuning = base_tuning({std: [base_loss(std, k) for k in MUP_OCTAVES] for std in INIT_STDS})
+    std = tuning["init_std"]
+    # Stage 2: the base width's sigma carried to the wider models, over the same lr grid.
+    wide, more_cpu = train_all([("mup", w, k, std, n) for w in WIDTHS[1:] for k in MUP_OCTAVES], args.jobs)
+    done.update(wide)
+    cpu += more_cpu
+    losses = {
+        "sp": {str(w): [done[("sp", w, k, SP_STD, n)] for k in SP_OCTAVES] for w in WIDTHS},
+        "mup": {
+            str(w): [base_loss(std, k) if w == BASE else done[("mup", w, k, std, n)] for k in MUP_OCTAVES]
+            for w in WIDTHS
+        },
+    }
     octaves = {"sp": SP_OCTAVES, "mup": MUP_OCTAVES}
-    jobs = [(key, w, k, args.steps) for key in ("sp", "mup") for w in WIDTHS for k in octaves[key]]
-    # At the base width muP is SP: those runs are shared, not repeated.
-    jobs = [j for j in jobs if not (j[0] == "mup" and j[1] == WIDTHS[0] and j[2] in SP_OCTAVES)]
-    jobs.sort(key=lambda j: -j[1])  # widest first: the pool's last runs are its cheapest
-    done: dict = {}
-    cpu = 0.0
-    with ProcessPoolExecutor(args.jobs) as pool:
-        for key, width, k, loss, run_cpu in pool.map(run_one, jobs):
-            done[(key, width, k)] = loss
-            cpu += run_cpu
-            print(f"{key:>3} width {width:>3} lr 2^{k}: {loss}", flush=True)
-    for k in MUP_OCTAVES:
-        if (k in SP_OCTAVES) and ("sp", WIDTHS[0], k) in done:
-            done[("mup", WIDTHS[0], k)] = done[("sp", WIDTHS[0], k)]
-    losses = {key: {str(w): [done.get((key, w, k)) for k in octaves[key]] for w in WIDTHS} for key in ("sp", "mup")}
     results = {
         "widths": list(WIDTHS),
-        "steps": args.steps,
-        "tokens_per_run": args.steps * SETTINGS["train.batch_size"] * SETTINGS["model.block_size"],
+        "steps": n,
+        "tokens_per_run": n * SETTINGS["train.batch_size"] * SETTINGS["model.block_size"],
         "settings": SETTINGS,
+        "sp_init_std": SP_STD,
+        "base_tuning": tuning,
         **summarize(losses, octaves, args.tolerance),
         "train_cpu_s": cpu,
         "wall_s": time.perf_counter() - started,
@@ -207,6 +271,7 @@ def main() -> None:
     write_json(RESULTS / "mup.json", results)
     plot(results, RESULTS / "mup.png")
     c = results["checks"]
+    print(f"base width {BASE}: init std {std:g} (of {', '.join(f'{s:g}' for s in INIT_STDS)})")
     print(f"muP drift {c['mup_drift_octaves']:+.2f} octaves (SP {c['sp_drift_octaves']:+.2f})")
     print("muP best - SP best: " + ", ".join(f"w{w}: {g:+.4f}" for w, g in c["mup_best_minus_sp_best_nats"].items()))
     here = time.process_time() - cpu0

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
+import itertools
+import json
 import os
 import pwd
 import shutil
@@ -16,6 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -209,6 +212,64 @@ def starts_processes(args: list[str], command: str | None) -> bool:
     return False
 
 
+class ForkServer:
+    """Client of tests/forkserver.py: `python -m ablate ARGV` as a child forked from a process that has
+    imported torch, MLflow and Hydra once. Thread-safe: several commands may run at once."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("forkserver.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        assert json.loads(self.proc.stdout.readline())["ready"]
+        self.lock, self.pending, self.ids = threading.Lock(), {}, itertools.count()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            answer = json.loads(line)
+            with self.lock:
+                state = self.pending.get(answer["id"])
+            if state is None:  # a command given up on (its timeout): it was killed
+                continue
+            state.update(answer)
+            if "code" in answer:
+                state["done"].set()
+            else:
+                state["forked"].set()
+
+    def run(self, argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
+        args = [sys.executable, "-m", "ablate", *argv]
+        with tempfile.TemporaryDirectory(prefix="ablate-cli-") as tmp:
+            out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
+            request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
+            state = {"forked": threading.Event(), "done": threading.Event()}
+            with self.lock:
+                request["id"] = str(next(self.ids))
+                self.pending[request["id"]] = state
+                self.proc.stdin.write(json.dumps(request) + "\n")
+                self.proc.stdin.flush()
+            try:
+                if not state["done"].wait(timeout):
+                    assert state["forked"].wait(10), "the fork server did not start the command"
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(state["pid"], signal.SIGKILL)
+                    state["done"].wait(30)
+                    raise subprocess.TimeoutExpired(args, timeout, out.read_bytes(), err.read_bytes())
+            finally:
+                with self.lock:
+                    self.pending.pop(request["id"])
+            read = (p.read_bytes().decode("utf-8", errors="replace") for p in (out, err))
+            return subprocess.CompletedProcess(args, state["code"], *read)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
 @pytest.fixture(scope="session")
 def cli():
     """cli(args, cwd, timeout=600, env=None, command=None, process=None): `ablate [COMMAND] ARGS` in cwd;
@@ -216,10 +277,12 @@ def cli():
 
     Runs in this process (tests/inprocess.py: the same entry point, output captured at the file
     descriptors, the process's state put back) unless the command starts processes of its own
-    (a sweep, --multirun, a study, `ablate ui`, DDP ranks), env is given, process=True or
-    ABLATE_TESTS_CLI=process: those run as `python -m ablate` in a subprocess. timeout applies to
-    a subprocess only."""
+    (a sweep, --multirun, a study, `ablate ui`, DDP ranks), env is given or process=True: those run
+    as processes of their own, forked from a warm fork server (ForkServer). ABLATE_TESTS_CLI=process
+    runs every command as `python -m ablate` in a fresh interpreter. timeout applies to a process only."""
     import inprocess
+
+    server: list[ForkServer] = []
 
     def run(
         args: list[str],
@@ -236,6 +299,11 @@ def cli():
             return inprocess.run(argv, cwd)
         full_env = {**os.environ, **(env or {})}
         full_env.pop("HYDRA_FULL_ERROR", None)  # its tracebacks would break the one-line errors
+        if not ALWAYS_A_PROCESS:
+            with lock:
+                if not server:
+                    server.append(ForkServer())
+            return server[0].run(argv, Path(cwd).resolve(), full_env, timeout)
         return subprocess.run(
             [sys.executable, "-m", "ablate", *argv],
             cwd=cwd,
@@ -245,7 +313,10 @@ def cli():
             env=full_env,
         )
 
-    return run
+    lock = threading.Lock()
+    yield run
+    if server:
+        server[0].close()
 
 
 @pytest.fixture(scope="session")

@@ -720,35 +720,25 @@ LOAD_RUN = [
 N_CONCURRENT = 16
 
 
-def _concurrent(cwd: Path, uri: str) -> list[subprocess.CompletedProcess]:
+def _concurrent(cli, cwd: Path, uri: str) -> list[subprocess.CompletedProcess]:
+    """N_CONCURRENT runs at once, each a process of its own writing to the store (forked warm, so the
+    test pays for training and tracking, not for N interpreters importing torch)."""
     from ablate.tracking.store import ensure_experiment
 
     ensure_experiment(uri, "load")  # the store and experiment exist before the fan-out
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ablate",
-                *LOAD_RUN,
-                f"train.seed={i}",
-                f"tracking.uri={uri}",
-                "tracking.experiment=load",
-                f"hydra.run.dir=outputs/{i}",
-            ],
-            cwd=cwd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-        for i in range(N_CONCURRENT)
-    ]
-    return [(p.wait(900), p.stderr.read()) for p in procs]
+    args = [*LOAD_RUN, f"tracking.uri={uri}", "tracking.experiment=load"]
+    with ThreadPoolExecutor(N_CONCURRENT) as pool:
+        runs = [
+            pool.submit(
+                cli, [*args, f"train.seed={i}", f"hydra.run.dir=outputs/{i}"], cwd, 900, {"OMP_NUM_THREADS": "1"}
+            )
+            for i in range(N_CONCURRENT)
+        ]
+        return [run.result() for run in runs]
 
 
 def _check_load(request, uri: str, outcomes) -> None:
-    assert all(rc == 0 for rc, _ in outcomes), [err[-500:] for rc, err in outcomes if rc]
+    assert all(p.returncode == 0 for p in outcomes), [p.stderr[-500:] for p in outcomes if p.returncode]
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("load")
     runs = client.search_runs([exp.experiment_id])
@@ -771,17 +761,17 @@ def _check_load(request, uri: str, outcomes) -> None:
 @pytest.mark.slow
 @pytest.mark.ledger("points", f"{N_CONCURRENT} concurrent runs, sqlite store")
 @pytest.mark.load
-def test_16_concurrent_runs_on_sqlite(request, workdir):
+def test_16_concurrent_runs_on_sqlite(cli, request, workdir):
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    _check_load(request, uri, _concurrent(workdir, uri))
+    _check_load(request, uri, _concurrent(cli, workdir, uri))
 
 
 @pytest.mark.slow
 @pytest.mark.ledger("points", f"{N_CONCURRENT} concurrent runs, `mlflow server` on PostgreSQL")
 @pytest.mark.load
-def test_16_concurrent_runs_on_a_postgres_backed_server(request, workdir, postgres, mlflow_server):
+def test_16_concurrent_runs_on_a_postgres_backed_server(cli, request, workdir, postgres, mlflow_server):
     server = mlflow_server(postgres)
-    _check_load(request, server.uri, _concurrent(workdir, server.uri))
+    _check_load(request, server.uri, _concurrent(cli, workdir, server.uri))
 
 
 # -- security -----------------------------------------------------------------------------------

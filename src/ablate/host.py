@@ -49,3 +49,13 @@ def interrupt_on(*signals) -> None:
 
     for s in signals:
         signal.signal(s, handler)
+
+
+def flush_std_streams() -> None:
+    """Flush stdout and stderr before a process ends with os._exit (which skips the interpreter's
+    own flush); a closed or broken stream has nothing more to say."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass

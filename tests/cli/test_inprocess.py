@@ -1,10 +1,15 @@
 """The `cli` fixture runs a command inside the test process (tests/inprocess.py): afterwards the
-process is as the command found it, as if the command had run in a process of its own."""
+process is as the command found it, as if the command had run in a process of its own. A command
+that must be a process is forked from the fork server (tests/forkserver.py): it is one, with its own
+pid, exit status, output, working directory and environment."""
 
 import logging
 import os
 import signal
 import sys
+import threading
+import time
+from pathlib import Path
 
 import torch
 from hydra.core.global_hydra import GlobalHydra
@@ -55,3 +60,46 @@ def test_module_level_names_a_command_rebinds_are_put_back():
     callback.LAST_SUMMARY, progress._STATUS_FILE = object(), object()
     saved.restore()
     assert (callback.LAST_SUMMARY, progress._STATUS_FILE) == (summary, status)
+
+
+def test_a_forked_command_is_a_process_of_its_own(cli, tmp_path):
+    """The command's own pid and cwd, the environment it was given, its exit status and its output;
+    the test process's cwd and environment untouched."""
+    before = state()
+    done = cli(["plan", "model=gpt_1p5b", "budget.tokens=1e11", "gpus=0"], tmp_path, process=True)
+    assert done.returncode == 2 and done.stderr == "error: gpus=0 must be positive (valid: > 0)\n"
+    assert done.args[1:3] == ["-m", "ablate"]
+    ok = cli([*RUN, "tracking=none"], tmp_path, env={"ABLATE_PROBE": "1", "OMP_NUM_THREADS": "1"})
+    assert ok.returncode == 0, ok.stderr
+    (result,) = tmp_path.glob("outputs/*/*/result.json")
+    assert result.is_file()
+    assert state() == before and "ABLATE_PROBE" not in os.environ
+
+
+def test_a_forked_command_that_runs_past_its_timeout_is_killed(cli, tmp_path):
+    import subprocess
+
+    import pytest
+
+    started = time.perf_counter()
+    running = threading.Timer(1.5, lambda: seen.extend(_working_in(tmp_path)))
+    seen: list[int] = []
+    running.start()
+    with pytest.raises(subprocess.TimeoutExpired):
+        cli([*RUN, "train.steps=100000", "tracking=none"], tmp_path, timeout=3, process=True)
+    assert time.perf_counter() - started < 30
+    time.sleep(0.5)
+    assert seen, "the command was not running in its folder"
+    assert not _working_in(tmp_path), "the command outlived its timeout"
+
+
+def _working_in(folder: Path) -> list[int]:
+    """The pids of this machine's processes whose working directory is `folder` (Linux)."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if Path(os.readlink(proc / "cwd")) == folder:
+                pids.append(int(proc.name))
+        except OSError:
+            pass
+    return pids

@@ -6,11 +6,14 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from contextlib import contextmanager
+import shutil
+import sqlite3
+from contextlib import closing, contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
 from ablate.config import ConfigError
+from ablate.files import cache_dir, replacing
 from ablate.tracking.tags import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
 
 
@@ -109,6 +112,9 @@ def ensure_experiment(uri: str, name: str) -> str:
 
     quiet_store_logs()
     with _store_lock(uri):
+        path = sqlite_path(uri)
+        if path is not None and not path.exists():
+            _copy_empty_store(path)
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(name)
         if exp is not None:
@@ -127,6 +133,45 @@ def ensure_experiment(uri: str, name: str) -> str:
                 raise
             mark_model_training(client, exp)
             return exp.experiment_id
+
+
+def _copy_empty_store(path: Path) -> None:
+    """A new sqlite store as a copy of an empty one kept per MLflow version in the cache: making the
+    schema (MLflow's ~60 migrations) takes about 2 s of CPU, a copy milliseconds, so a machine pays
+    it once, not once per store. MLflow's Default experiment (id 0) keeps its artifacts beside the
+    database, like every experiment made here. Where the cache cannot be written, MLflow makes the
+    store itself."""
+    import mlflow
+
+    template = cache_dir() / "mlflow-stores" / f"empty-{mlflow.__version__}.db"
+    try:
+        if not template.is_file():
+            _make_empty_store(template)
+        with replacing(path) as tmp:
+            shutil.copyfile(template, tmp)
+            with closing(sqlite3.connect(tmp)) as db, db:
+                artifacts = path.parent.joinpath("mlartifacts", "0").as_uri()
+                db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (artifacts,))
+    except (OSError, sqlite3.Error):
+        return
+
+
+def _make_empty_store(template: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    with replacing(template) as tmp:
+        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments()
+        _forget_engine(f"sqlite:///{tmp}")
+
+
+def _forget_engine(uri: str) -> None:
+    """Close the connections MLflow keeps open to a store for the life of the process (one engine per
+    URI), here for a file that is renamed away."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    engine = SqlAlchemyStore._engine_map.pop(uri, None)
+    if engine is not None:
+        engine.dispose()
 
 
 def mark_model_training(client, experiment) -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gc
 import importlib
 import json
 import os
@@ -50,7 +51,7 @@ import traceback
 from pathlib import Path
 
 from ablate.files import write_json
-from ablate.host import die_with_parent, interrupt_on
+from ablate.host import die_with_parent, flush_std_streams, interrupt_on
 from ablate.sweep.context import USAGE_FILE
 from ablate.sweep.launch.job import run_here
 from ablate.sweep.launch.returns import to_json
@@ -176,6 +177,9 @@ def serve(parent_pid: int, mlflow_uri: str | None, fork: bool) -> None:
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     started = time.perf_counter()
     loaded = preload(mlflow_uri)
+    # What is loaded now is shared by every job's pages, copy-on-write: frozen, the garbage collector
+    # of a job never walks it, so the job does not copy the pages it would only have read.
+    gc.freeze()
 
     def emit(event: dict) -> None:
         events.write(json.dumps(event) + "\n")
@@ -286,11 +290,7 @@ def _job(spec: dict, msg: dict, started: float, parent_pid: int) -> None:
     except BaseException:
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # a closed or broken stream: nothing more to say
-                pass
+        flush_std_streams()
         os._exit(code)  # the worker's exit handlers are the worker's, not this job's
 
 
