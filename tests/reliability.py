@@ -46,9 +46,19 @@ def register(item) -> None:
     LEDGER[item.nodeid] = {"section": section, "case": case.format(id=ident, **params), "detail": ""}
 
 
+def row_id(nodeid: str) -> str:
+    """The row of a test's nodeid: under xdist's loadgroup a test in a group runs as NODEID@GROUP,
+    after its row was made under NODEID (a parametrization id may hold an @ too)."""
+    if nodeid in LEDGER or "@" not in nodeid:
+        return nodeid
+    base = nodeid.rsplit("@", 1)[0]
+    return base if base in LEDGER else nodeid
+
+
 def record(request, detail: str, case: str | None = None) -> None:
     """What the test found, once it has asserted it (and a better name for the case, if any)."""
-    entry = LEDGER.setdefault(request.node.nodeid, {"section": "fault", "case": request.node.name, "detail": ""})
+    nodeid = row_id(request.node.nodeid)
+    entry = LEDGER.setdefault(nodeid, {"section": "fault", "case": request.node.name, "detail": ""})
     entry["detail"] = detail
     if case:
         entry["case"] = case
@@ -56,6 +66,7 @@ def record(request, detail: str, case: str | None = None) -> None:
 
 def outcome(nodeid: str, report) -> None:
     """pytest's report of one phase: a failure anywhere or a skip anywhere decides the row."""
+    nodeid = row_id(nodeid)
     if nodeid not in LEDGER:
         return
     if report.skipped:

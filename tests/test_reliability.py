@@ -846,3 +846,13 @@ def test_a_name_that_becomes_a_path_stays_inside(cli, request, tmp_path):
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert written and all(p.startswith("a/b/plans/") for p in written), written
     reliability.record(request, f"exit 0; every file under plans/: {', '.join(written)}")
+
+
+def test_a_test_run_in_an_xdist_group_fills_its_own_row(monkeypatch):
+    """Under `make test` (xdist's loadgroup) a grouped test runs as NODEID@GROUP; its result and what
+    it found must land in the row made for NODEID, also when the parametrization id holds an @."""
+    row = "tests/test_reliability.py::test_kill_at_a_failpoint_then_resume[checkpoint.write@2]"
+    monkeypatch.setattr(reliability, "LEDGER", {row: {"section": "fault", "case": "kill", "detail": ""}})
+    assert reliability.row_id(f"{row}@module:tests/test_reliability.py") == row
+    assert reliability.row_id(row) == row
+    assert reliability.row_id("tests/x.py::test_other@slurm") == "tests/x.py::test_other@slurm"

@@ -215,7 +215,8 @@ def test_the_precision_sweep_on_slurm_finishes_every_run(cli, workdir):
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
     summary = json.loads((sweep_dir / "summary.json").read_text())
     assert sorted(r["status"] for r in summary["runs"]) == ["finished"] * 5 + ["unsupported"]
-    rc, rows = job_rows(cli, sweep_dir)
+    # The sweep returns once every job's result is written; SLURM marks a job ended a moment later.
+    rc, rows = job_rows(cli, sweep_dir, "--wait", "--poll-s", "0.5")
     assert rc == 0 and len(rows) == 6
     assert {r["state"] for r in rows} == {"COMPLETED"}
     for r in rows:  # each job's log beside its run dir
@@ -251,7 +252,7 @@ def test_a_diverging_run_is_failed_in_mlflow_the_summary_sacct_and_the_exit_code
     assert parent_run(workdir).info.status == "FAILED"
     sweep_dir = the_sweep_dir(workdir)
     assert "| optim.lr=100 | failed |" in (sweep_dir / "summary.md").read_text()
-    _, rows = job_rows(cli, sweep_dir)
+    _, rows = job_rows(cli, sweep_dir, "--wait", "--poll-s", "0.5")  # until SLURM has marked both ended
     assert [(r["state"], r["run_status"]) for r in rows] == [("COMPLETED", "finished"), ("FAILED", "failed")]
     (array,) = json.loads((sweep_dir / "jobs.json").read_text())["arrays"]
     assert array["resources"]["cpus_per_task"] == 2  # one CPU per training process
@@ -303,7 +304,7 @@ def test_scontrol_requeue_resumes_from_the_checkpoint_into_the_same_run(cli, run
         got = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
         want = sorted((m.step, m.value) for m in ref_client.get_metric_history(reference.mlflow_run_id, key))
         assert all(math.isclose(a, b, rel_tol=1e-4) for (_, a), (_, b) in zip(got, want, strict=False)), key
-    _, (row,) = job_rows(cli, sweep_dir)
+    _, (row,) = job_rows(cli, sweep_dir, "--wait", "--poll-s", "0.5")
     assert row["state"] == "COMPLETED" and row["requeues"] >= 1 and row["run_status"] == "finished"
 
 
@@ -344,7 +345,7 @@ def test_usr2_requeues_the_job_until_its_timeouts_are_used_up(cli, workdir):
     assert run.data.tags[train.RESUMED_TAG] == str(events[0]["step"])
     logged = metric_steps(workdir, run.info.run_id, "train/loss")
     assert logged == list(range(10, logged[-1] + 1, 10)) and logged[-1] >= events[1]["step"] - 10
-    _, (row,) = job_rows(cli, sweep_dir)
+    _, (row,) = job_rows(cli, sweep_dir, "--wait", "--poll-s", "0.5")
     assert row["state"] == "FAILED" and row["requeues"] == 1 and row["run_status"] == "failed"
 
 
