@@ -848,7 +848,7 @@ def test_a_name_that_becomes_a_path_stays_inside(cli, request, tmp_path):
     reliability.record(request, f"exit 0; every file under plans/: {', '.join(written)}")
 
 
-def test_a_test_run_in_an_xdist_group_fills_its_own_row(monkeypatch):
+def test_a_grouped_test_fills_its_own_ledger_row(monkeypatch):
     """Under `make test` (xdist's loadgroup) a grouped test runs as NODEID@GROUP; its result and what
     it found must land in the row made for NODEID, also when the parametrization id holds an @."""
     row = "tests/test_reliability.py::test_kill_at_a_failpoint_then_resume[checkpoint.write@2]"
