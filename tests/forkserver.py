@@ -34,6 +34,7 @@ import traceback
 from pathlib import Path
 
 from ablate.host import flush_std_streams
+from inprocess import exit_code  # tests/, this script's folder
 
 PRELOAD = ("numpy", "torch", "omegaconf", "hydra", "mlflow", "mlflow.tracking", "ablate.cli.main", "ablate.run.train")
 
@@ -46,9 +47,6 @@ def main() -> None:
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     for name in PRELOAD:
         __import__(name)
-    import ablate
-
-    entry = str(Path(ablate.__file__).with_name("__main__.py"))
     children: dict[int, str] = {}
     selector = selectors.DefaultSelector()
     selector.register(0, selectors.EVENT_READ)
@@ -68,7 +66,7 @@ def main() -> None:
                 if pid == 0:
                     selector.close()
                     reply.close()
-                    _child(request, entry, null)
+                    _child(request, null)
                 children[pid] = request["id"]
                 reply.write(json.dumps({"id": request["id"], "pid": pid}) + "\n")
         _reap(children, reply)
@@ -86,7 +84,7 @@ def _reap(children: dict[int, str], reply) -> None:
             reply.write(json.dumps({"id": children.pop(pid), "code": code}) + "\n")
 
 
-def _child(request: dict, entry: str, null: int) -> None:
+def _child(request: dict, null: int) -> None:
     """Never returns: the command's process, from its first line to its exit status."""
     code = 1
     try:
@@ -102,7 +100,7 @@ def _child(request: dict, entry: str, null: int) -> None:
         threads = os.environ.get("OMP_NUM_THREADS", "")
         if threads.isdigit() and int(threads) > 0:  # read by OpenMP when torch loaded, here already
             sys.modules["torch"].set_num_threads(int(threads))
-        sys.argv = [entry, *request["argv"]]
+        sys.argv = ["-m", *request["argv"]]  # runpy puts ablate/__main__.py in front, as `python -m` does
         sys.path[0] = os.getcwd()
         code = _run()
         threading._shutdown()  # what the interpreter does first at exit: join non-daemon threads
@@ -123,12 +121,7 @@ def _run() -> int:
         runpy.run_module("ablate", run_name="__main__", alter_sys=True)
         return 0
     except SystemExit as exc:
-        if exc.code is None:
-            return 0
-        if isinstance(exc.code, int):
-            return exc.code & 0xFF
-        print(exc.code, file=sys.stderr)  # sys.exit("message"): printed, exit status 1
-        return 1
+        return exit_code(exc)
     except KeyboardInterrupt:
         traceback.print_exc()
         return -signal.SIGINT

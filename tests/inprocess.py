@@ -156,7 +156,8 @@ def _default_warnings():
         yield
 
 
-def _exit_code(exc: SystemExit) -> int:
+def exit_code(exc: SystemExit) -> int:
+    """The exit status the interpreter gives a SystemExit (a message is printed, status 1)."""
     if exc.code is None:
         return 0
     if isinstance(exc.code, int):
@@ -184,7 +185,7 @@ def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
                     main(list(argv))
                     code = 0
                 except SystemExit as exc:
-                    code = _exit_code(exc)
+                    code = exit_code(exc)
                 except KeyboardInterrupt:
                     traceback.print_exc()
                     code = -signal.SIGINT

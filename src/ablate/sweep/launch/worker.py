@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import gc
 import importlib
 import json
 import os
@@ -177,9 +176,6 @@ def serve(parent_pid: int, mlflow_uri: str | None, fork: bool) -> None:
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     started = time.perf_counter()
     loaded = preload(mlflow_uri)
-    # What is loaded now is shared by every job's pages, copy-on-write: frozen, the garbage collector
-    # of a job never walks it, so the job does not copy the pages it would only have read.
-    gc.freeze()
 
     def emit(event: dict) -> None:
         events.write(json.dumps(event) + "\n")
