@@ -35,6 +35,31 @@ def test_bad_input_is_one_clear_line(cli, run_statuses, workdir, args, words):
     assert "RUNNING" not in run_statuses(workdir / "mlflow.db")
 
 
+def test_a_grid_sweep_precheck_composes_each_group_choice_and_leaves_plain_values_to_the_plan(monkeypatch, workdir):
+    """A typo in a group's choice fails before Hydra runs; a plain key's values are composed once per
+    job by the sweep plan anyway, so the pre-check does not compose them a second time. An Optuna
+    study has no plan: each of its values is composed here."""
+    from ablate.cli import common
+
+    monkeypatch.chdir(workdir)
+    seen = []
+    compose = common._compose
+    monkeypatch.setattr(common, "_compose", lambda name, ov: seen.append(list(ov)) or compose(name, ov))
+
+    def swept(keys):
+        return [[o for o in trial if o.split("=")[0] in keys] for trial in seen]
+
+    for sweeper in ([], ["hydra/sweeper=basic"]):
+        seen.clear()
+        common.precheck([*SMALL_DATA, *sweeper, "model=nano,micro", "train.seed=1,2,3"], "config", multirun=True)
+        assert swept({"model", "train.seed"}) == [["model=nano", "train.seed=1"], ["model=micro", "train.seed=1"]]
+    seen.clear()
+    common.precheck([*SMALL_DATA, "+sweep=lr", "train.seed=1,2"], "config", multirun=True)
+    assert swept({"train.seed"}) == [["train.seed=1"], ["train.seed=2"]]
+    with pytest.raises(SystemExit):
+        common.precheck([*SMALL_DATA, "model=nano,nope", "train.seed=1,2"], "config", multirun=True)
+
+
 def test_a_token_budget_on_the_command_line_replaces_the_default_steps(cli, workdir):
     proc = cli(
         [

@@ -1,6 +1,7 @@
 """Sweeps: presets, the plan, the process launchers, progress, the summary, recorded studies, and
 killing a sweep midway then launching it again."""
 
+import copy
 import json
 import math
 import os
@@ -110,6 +111,79 @@ def test_the_plan_keys_jobs_like_train_prepare(hydra_conf, tmp_path):
         assert job.job_dir == str(tmp_path / str(job.num))
     assert jobs[0].label == "model=tiny model.attention=manual"
     assert OmegaConf.select(cfg, "tracking.experiment") == "attention"
+
+
+def _planned_sweep(tmp_path):
+    """A two-job grid (train.seed=1,2) planned as the sweep callback plans it; (config, jobs' overrides)."""
+    from omegaconf import open_dict
+
+    base = ["model=nano", "train.steps=2", *SMALL_DATA, f"hydra.sweep.dir={tmp_path}"]
+    cfg = composed(base)
+    with open_dict(cfg):  # what Hydra records for `python -m ablate --multirun BASE train.seed=1,2`
+        cfg.hydra.overrides.task = [*base, "train.seed=1,2"]
+    HydraConfig.instance().set_config(cfg)
+    sweep_plan.prepare(cfg)
+    return cfg, sweep_plan.expand(cfg)
+
+
+def test_a_job_runs_the_config_its_plan_composed_without_composing_it_again(hydra_conf, tmp_path):
+    import base64
+
+    import cloudpickle
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.utils import JobReturn
+    from hydra.types import HydraContext
+    from omegaconf import OmegaConf, open_dict
+
+    from ablate.sweep.launch import process, worker
+
+    cfg, jobs = _planned_sweep(tmp_path)
+    loader = GlobalHydra.instance().config_loader()
+    planned = sweep_plan.composed(jobs[1])
+    fresh = loader.load_sweep_config(copy.deepcopy(cfg), list(jobs[1]))  # another sweep config: composed
+    assert OmegaConf.to_container(planned, resolve=False) == OmegaConf.to_container(fresh, resolve=False)
+    assert planned.train.seed == 2 and sweep_plan.composed(["train.seed=7"]) is None
+    with open_dict(planned):
+        planned.train.seed = 777  # a copy: the plan's own stays as composed
+    assert sweep_plan.composed(jobs[1]).train.seed == 2
+
+    # The worker's job decodes the config it is sent and runs it: seed 777 proves nothing was composed.
+    context = HydraContext(config_loader=loader, callbacks=Callbacks())
+    spec = cloudpickle.loads(process.spec(context, lambda c: c.train.seed, cfg))
+    wire = base64.b64encode(cloudpickle.dumps(planned)).decode()
+    ret: JobReturn = worker.run_one(spec, 1, list(jobs[1]), wire)
+    assert ret.return_value == 777 and ret.hydra_cfg.hydra.job.num == 1
+    assert worker.run_one(spec, 1, list(jobs[1])).return_value == 2  # no config sent: the job composes it
+
+
+def test_hydras_sweeper_and_launchers_reuse_the_plans_compositions(hydra_conf, tmp_path):
+    """BasicSweeper.validate_batch_is_legal and the launchers ask the shared config loader for each
+    job's config: a job the plan composed comes back as a copy of that, anything else is composed
+    (and checked) as before."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+
+    cfg, jobs = _planned_sweep(tmp_path)
+    loader = GlobalHydra.instance().config_loader()
+    seen = []
+    load = loader.load_configuration
+
+    def counting(*args, **kwargs):
+        seen.append(list(kwargs["overrides"]))
+        return load(*args, **kwargs)
+
+    loader.load_configuration = counting
+    sweeper = BasicSweeper(max_batch_size=None)
+    sweeper.config, sweeper.hydra_context, sweeper.config_loader = cfg, None, loader
+    unplanned = [*jobs[0][:-1], "train.seed=3"]
+    sweeper.validate_batch_is_legal([list(jobs[0]), list(jobs[1]), unplanned])
+    assert [o[-1] for o in seen] == ["train.seed=3"]
+    assert loader.load_sweep_config(cfg, list(jobs[1])).train.seed == 2 and len(seen) == 1
+    with pytest.raises(Exception, match="Could not override 'train.nope'"):
+        sweeper.validate_batch_is_legal([[*jobs[0], "train.nope=1"]])  # Hydra's own check still runs
+    other = copy.deepcopy(cfg)  # another sweep config: its jobs are composed from it
+    assert loader.load_sweep_config(other, list(jobs[1])).train.seed == 2 and len(seen) == 3
 
 
 # -- launcher settings --------------------------------------------------------------------------

@@ -4,12 +4,14 @@ launcher for jobs planned as skipped, and by the worker (worker.py) in each job'
 from __future__ import annotations
 
 
-def run_here(hydra_context, task_function, config, num: int, overrides: list):
-    """Compose job `num`'s config and run it in this process (what BasicLauncher does per job)."""
+def run_here(hydra_context, task_function, config, num: int, overrides: list, job_cfg=None):
+    """Run job `num` in this process (what BasicLauncher does per job) with `job_cfg`, its config as
+    the sweep plan composed it, or, without one, its config composed here."""
     from hydra.core.utils import run_job
     from omegaconf import open_dict
 
-    sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+    loader = hydra_context.config_loader
+    sweep_config = job_cfg if job_cfg is not None else loader.load_sweep_config(config, list(overrides))
     with open_dict(sweep_config):
         sweep_config.hydra.job.id = num
         sweep_config.hydra.job.num = num

@@ -68,18 +68,16 @@ class Pool:
         for w in self.workers:
             w.send({"cmd": "spec", "pickle": base64.b64encode(payload).decode()})
 
-    def submit(self, num: int, overrides: list, threads: int, log: Path, result: Path) -> None:
+    def submit(self, num: int, overrides: list, threads: int, log: Path, result: Path, job_cfg=None) -> None:
+        """Run job `num` (`job_cfg`: its config as the sweep plan composed it; None: the job composes it)."""
         worker = self._worker(num)
-        worker.send(
-            {
-                "cmd": "run",
-                "num": num,
-                "overrides": overrides,
-                "threads": threads,
-                "log": str(log),
-                "result": str(result),
-            }
-        )
+        msg = {"cmd": "run", "num": num, "overrides": overrides, "threads": threads, "log": str(log)}
+        msg["result"] = str(result)
+        if job_cfg is not None:
+            import cloudpickle
+
+            msg["config"] = base64.b64encode(cloudpickle.dumps(job_cfg)).decode()
+        worker.send(msg)
         worker.jobs.add(num)
         self.running[num] = worker
 

@@ -2,8 +2,9 @@
 
 Hydra hands the launcher each job's overrides (hydra_plugins/ablate_launcher/process_launcher.py).
 The jobs run in processes forked from one warm worker (worker.py, driven through pool.py) that has
-imported torch, Hydra, the project and MLflow once: each job composes its own config and calls
-Hydra's `run_job` with the same hydra context, task function and Hydra singletons as this process,
+imported torch, Hydra, the project and MLflow once: each job gets the config the sweep plan composed
+for it (or composes its own where there was no plan: an Optuna study's trials) and calls Hydra's
+`run_job` with the same hydra context, task function and Hydra singletons as this process,
 the way a SLURM job does under hydra-submitit-launcher. Nothing about a run's result depends on
 this module: results, skips and resumes are decided inside each job (train.run), and the summary
 reads the job directories.
@@ -194,10 +195,13 @@ def run_in_process(job: Job, hydra_context, task_function, config):
 def start(job: Job, pool: Pool, work: Path, threads: int) -> None:
     from hydra.core.utils import filter_overrides
 
+    from ablate.sweep.plan import composed
+
     log.info(f"\t#{job.num} : {' '.join(filter_overrides(job.overrides))}")
     job.path(work, RETURN_SUFFIX).unlink(missing_ok=True)
     job.started = time.time()
-    pool.submit(job.num, job.overrides, threads, job.path(work, ".log"), job.path(work, RETURN_SUFFIX))
+    log_path, result = job.path(work, ".log"), job.path(work, RETURN_SUFFIX)
+    pool.submit(job.num, job.overrides, threads, log_path, result, composed(job.overrides, copied=False))
 
 
 def collect(job: Job, work: Path, ended: Exited):

@@ -23,7 +23,9 @@ Protocol: JSON lines on stdin (launcher -> worker) and on the inherited pipe tha
     {"cmd": "spec", "pickle": BASE64}    the launch spec (Hydra context, task function, config),
                                          cloudpickled by the launcher and sent through the pipe,
                                          never through a file another process could replace
-    {"cmd": "run", "num", "overrides", "threads", "log", "result"}
+    {"cmd": "run", "num", "overrides", "threads", "log", "result", ["config": BASE64]}
+                                         config: the job's config as the sweep plan composed it
+                                         (cloudpickled); without it the job composes its own
     {"cmd": "signal", "num", "signal"}   a job's process is signalled (SIGTERM, SIGKILL)
     {"cmd": "exit"} or end of input      the jobs still running are sent SIGTERM; the worker exits
     {"event": "ready", "pid", "threads": [names], "fork": bool}
@@ -208,7 +210,7 @@ def serve(parent_pid: int, mlflow_uri: str | None, fork: bool) -> None:
                     if cmd == "log":
                         _redirect_errors(msg["path"])
                     elif cmd == "spec":
-                        spec = _load_spec(base64.b64decode(msg["pickle"]))
+                        spec = _unpickle(base64.b64decode(msg["pickle"]))
                     elif cmd == "run" and not closing:
                         if not fork:
                             emit({"event": "started", "num": msg["num"], "pid": os.getpid()})
@@ -241,7 +243,7 @@ def _signal(pid: int, signum: int) -> None:
         pass
 
 
-def _load_spec(payload: bytes) -> dict:
+def _unpickle(payload: bytes):
     import cloudpickle
 
     return cloudpickle.loads(payload)
@@ -273,7 +275,7 @@ def _job(spec: dict, msg: dict, started: float, parent_pid: int) -> None:
         interrupt_on(signal.SIGTERM, signal.SIGINT)
         modules_before = set(sys.modules)
         _set_threads(int(msg["threads"]))
-        ret = run_one(spec, msg["num"], msg["overrides"])
+        ret = run_one(spec, msg["num"], msg["overrides"], msg.get("config"))
         imported = sorted(set(sys.modules) - modules_before)
         if ret.hydra_cfg is not None:
             write_usage(Path(ret.hydra_cfg.hydra.runtime.output_dir), time.perf_counter() - started, imported)
@@ -340,13 +342,15 @@ def write_usage(job_dir: Path, wall_s: float, imported: list[str]) -> None:
     )
 
 
-def run_one(spec: dict, num: int, overrides: list):
+def run_one(spec: dict, num: int, overrides: list, job_cfg: str | None = None):
+    """Run job `num`; `job_cfg`: its composed config, cloudpickled and base64-encoded (None: compose it here)."""
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
 
     Singleton.set_state(spec["singletons"])
     setup_globals()
-    return run_here(spec["hydra_context"], spec["task_function"], spec["config"], num, overrides)
+    cfg = _unpickle(base64.b64decode(job_cfg)) if job_cfg else None
+    return run_here(spec["hydra_context"], spec["task_function"], spec["config"], num, overrides, cfg)
 
 
 def write_return(path: Path, ret) -> None:
