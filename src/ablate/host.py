@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import signal
 import sys
@@ -59,3 +60,16 @@ def flush_std_streams() -> None:
             stream.flush()
         except Exception:
             pass
+
+
+def import_available(names) -> list[str]:
+    """Import each module of `names` that this environment has (a warm process's preload); the
+    names imported."""
+    loaded = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except ImportError:
+            pass
+    return loaded

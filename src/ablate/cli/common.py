@@ -13,6 +13,7 @@ from ablate.files import check_writable_dir
 from ablate.search.space import check_sweeper
 from ablate.sweep.launch.settings import check_launcher
 from ablate.sweep.plan import BASIC_SWEEPER
+from ablate.tracking import agent
 from ablate.tracking.store import check_store
 
 
@@ -232,8 +233,12 @@ def check_run_config(cfg, multirun: bool, args: list[str], first: bool) -> None:
         run_cfg = parse_run(tree)
         # The cheap checks of what prepare checks too, before its imports (torch) cost seconds.
         check_writable_dir(run_cfg.state_dir, "state_dir")
-        if run_cfg.tracking.backend == "mlflow":
-            check_store(run_cfg.tracking.uri)
+        tracking = run_cfg.tracking
+        if tracking.backend == "mlflow":
+            check_store(tracking.uri)
+            agent.use(tracking.uri)  # the store's code imported on another core while this process imports torch
+        else:
+            agent.close()
         check_writable_dir(hydra_node("run.dir"), "hydra.run.dir")
         from ablate.run.branches import is_family, prepare_family  # torch: only once the config parses
         from ablate.run.prepare import prepare, remember
@@ -242,9 +247,12 @@ def check_run_config(cfg, multirun: bool, args: list[str], first: bool) -> None:
             prepare_family(run_cfg)
         else:
             remember(run_cfg, prepare(run_cfg))
+        if tracking.backend == "mlflow":
+            agent.open_store(tracking.uri, tracking.experiment)  # every check passed: the store may be created
         return
     # A sweep's base config may lack what its sweeper's params add (a budget per job): every job
     # is parsed and prepared by the sweep callback's plan (sweep/plan.py), before it creates anything.
+    agent.close()  # a sweep's jobs track from their own processes
     check_writable_dir(hydra_node("sweep.dir"), "hydra.sweep.dir")
     if not first:  # the launcher and sweeper settings are the same for every choice
         return

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from ablate.tracking import agent
+
 # name -> (module with main(), one line for `ablate --help`, how it takes its arguments)
 COMMANDS = {
     "train": ("ablate.cli.train", "one training run, or a sweep with +sweep=NAME or --multirun (the default)", "hydra"),
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     name = argv[0] if argv and argv[0] in COMMANDS else DEFAULT
     args = argv[1:] if argv and argv[0] == name else argv
     module_name, _, style = COMMANDS[name]
+    if name == "train" and _one_tracked_run(args):
+        agent.prestart()  # MLflow's client imported on another core while this process starts the run
     module = importlib.import_module(module_name)
     if style == "hydra":  # Hydra reads the overrides from sys.argv
         sys.argv = [f"{sys.argv[0]} {name}" if name != DEFAULT else sys.argv[0], *args]
@@ -68,3 +72,15 @@ def main(argv: list[str] | None = None) -> None:
     code = module.main(args)
     if code:
         raise SystemExit(code)
+
+
+# Arguments after which `ablate train` is not one run that tracks: a sweep (its jobs track from their
+# own processes), Hydra's print-only flags, and tracking turned off.
+_NOT_ONE_TRACKED_RUN = {"-m", "--multirun", "--cfg", "-c", "--help", "-h", "--info", "-i", "--hydra-help"}
+_NOT_ONE_TRACKED_RUN |= {"--shell-completion", "-sc", "tracking=none", "tracking.backend=none"}
+
+
+def _one_tracked_run(args: list[str]) -> bool:
+    """Whether `ablate train ARGS` is, by its arguments, a single run with tracking on (the default);
+    the config decides for certain later (cli/common.py closes the agent if not)."""
+    return not any(a in _NOT_ONE_TRACKED_RUN or a.lstrip("+").startswith("sweep=") for a in args)

@@ -192,9 +192,7 @@ def read_events(run_dir: Path) -> list[dict]:
 
 def mark_killed(tracker) -> None:
     """MLflow shows the run KILLED (a status `train.run` resumes) while the job may be ending."""
-    client, run_id = getattr(tracker, "client", None), getattr(tracker, "run_id", None)
-    if client is not None and run_id:
-        try:
-            client.update_run(run_id, status="KILLED")
-        except Exception as exc:  # the store may be unreachable; the checkpoint is what matters
-            print(f"preemption: could not mark run {run_id} KILLED ({type(exc).__name__})", file=sys.stderr)
+    try:
+        tracker.set_status("KILLED")
+    except Exception as exc:  # the store may be unreachable; the checkpoint is what matters
+        print(f"preemption: could not mark run {tracker.run_id} KILLED ({type(exc).__name__})", file=sys.stderr)

@@ -12,8 +12,6 @@ outage leaves a spool file that `python -m ablate sync` delivers once the server
 
 from __future__ import annotations
 
-import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -22,18 +20,10 @@ from pathlib import Path
 from ablate.config import TrackingConfig
 from ablate.faults import failpoint
 from ablate.files import write_json
-from ablate.tracking.store import ensure_experiment, quiet_store_logs
-from ablate.tracking.tags import CONFIG_HASH_TAG, OWNER_TAG, REASON_TAG, STEP_KEY
+from ablate.tracking import agent
+from ablate.tracking.runstore import MAX_METRICS_PER_BATCH, RunStore
+from ablate.tracking.tags import OWNER_TAG, REASON_TAG, STEP_KEY
 
-MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
-MAX_PARAMS_PER_BATCH = 100
-MAX_PARAM_CHARS = 6000
-# An unreachable server must not stall training for minutes inside MLflow's own retry loop.
-HTTP_DEFAULTS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
-}
 MAX_BACKOFF_S = 60.0
 
 
@@ -84,67 +74,49 @@ class Tracker:
     def set_tags(self, tags: dict) -> None:
         pass
 
+    def set_status(self, status: str) -> None:
+        """The open run's status, while it goes on (KILLED: resumable should the job end now)."""
+
     def finish(self, status: str, reason: str = "", artifacts: list[Path] = ()) -> None:
         self.flush()
 
 
 class MLflowTracker(Tracker):
+    """Its MLflow calls go to a RunStore (runstore.py): through this process's tracking agent where
+    the command line started one (agent.py), else made here."""
+
     def __init__(self, cfg: TrackingConfig, experiment_id: str | None = None, spool_dir: Path | None = None):
         super().__init__()
-        from mlflow.tracking import MlflowClient
-
-        if cfg.uri.startswith(("http://", "https://")):
-            for key, value in HTTP_DEFAULTS.items():
-                os.environ.setdefault(key, value)
-            # One line says the server is unreachable; urllib3's per-retry warnings would repeat it.
-            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
         self.cfg = cfg
         self.spool_dir = spool_dir
         self.retry_at = 0.0
         self.backoff_s = 2.0
         self.outage: str | None = None
-        quiet_store_logs()
-        self.client = MlflowClient(tracking_uri=cfg.uri)
-        self.experiment_id = experiment_id or ensure_experiment(cfg.uri, cfg.experiment)
+        through_agent = agent.store_for(cfg.uri, cfg.experiment) if experiment_id is None else None
+        self.store = through_agent or RunStore(cfg.uri, cfg.experiment, experiment_id)
 
     def find(self, config_hash: str) -> ExistingRun | None:
-        runs = self.client.search_runs(
-            [self.experiment_id],
-            filter_string=f"tags.`{CONFIG_HASH_TAG}` = '{config_hash}'",
-            order_by=["attributes.start_time DESC"],
-            max_results=1,
-        )
-        return existing_run(runs[0]) if runs else None
+        found = self.store.find(config_hash)
+        return ExistingRun(**found) if found else None
 
     def start(self, run_name: str, params: dict, tags: dict, resume_run_id: str | None = None) -> None:
-        from mlflow.entities import Param, RunTag
-
         if resume_run_id:
             self.run_id = resume_run_id
-            self.client.update_run(resume_run_id, status="RUNNING")
-            self.last_logged_step = self._last_step()
-            self.client.log_batch(resume_run_id, tags=[RunTag(REASON_TAG, "")])
+            self.store.update_status(resume_run_id, "RUNNING")
+            self.last_logged_step = self.store.last_step(resume_run_id, STEP_KEY)
+            self.store.log_tags(resume_run_id, {REASON_TAG: ""})
             return
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()})
-        self.run_id = run.info.run_id
-        items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()]
-        for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
-
-    def _last_step(self) -> int:
-        history = self.client.get_metric_history(self.run_id, STEP_KEY)
-        return max((m.step for m in history), default=-1)
+        self.run_id = self.store.create_run(run_name, {k: str(v) for k, v in tags.items()})
+        self.store.log_params(self.run_id, {k: str(v) for k, v in params.items()})
 
     def flush(self, force: bool = False) -> bool:
         """Send buffered points; False (points kept) when the store cannot be reached."""
-        from mlflow.entities import Metric
-
         if not force and time.time() < self.retry_at:
             return False
         self.pending = [m for m in self.pending if m[2] > self.last_logged_step]
         try:
             for chunk in step_chunks(self.pending, MAX_METRICS_PER_BATCH):
-                self.client.log_batch(self.run_id, metrics=[Metric(k, v, ts, s) for k, v, s, ts in chunk])
+                self.store.log_metrics(self.run_id, chunk)
                 self.last_logged_step = chunk[-1][2]
                 failpoint("tracking.flush")  # a kill here leaves some chunks delivered, some not
         except Exception as exc:  # any failure to deliver is an outage: keep the points, retry later
@@ -170,7 +142,7 @@ class MLflowTracker(Tracker):
 
     def log_artifacts(self, paths: list[Path]) -> None:
         for p in paths:
-            self.client.log_artifact(self.run_id, str(p))
+            self.store.log_artifact(self.run_id, str(p))
 
     def points_until(self, step: int) -> list:
         """Delivered points from the store (steps <= the last delivered one), then the buffered rest.
@@ -179,12 +151,7 @@ class MLflowTracker(Tracker):
         points = []
         if delivered_to >= 0:
             try:
-                for key in self.client.get_run(self.run_id).data.metrics:
-                    points += [
-                        (key, m.value, m.step, m.timestamp)
-                        for m in self.client.get_metric_history(self.run_id, key)
-                        if m.step <= delivered_to
-                    ]
+                points = [tuple(m) for m in self.store.metric_points(self.run_id, delivered_to)]
             except Exception as exc:
                 print(
                     f"tracking: a fork inherits only the unsent metrics ({type(exc).__name__}: {exc})", file=sys.stderr
@@ -192,9 +159,11 @@ class MLflowTracker(Tracker):
         return points + [m for m in self.pending if delivered_to < m[2] <= step]
 
     def set_tags(self, tags: dict) -> None:
-        from mlflow.entities import RunTag
+        self.store.log_tags(self.run_id, {k: str(v) for k, v in tags.items()})
 
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    def set_status(self, status: str) -> None:
+        if self.run_id:
+            self.store.update_status(self.run_id, status)
 
     def finish(self, status: str, reason: str = "", artifacts: list[Path] = ()) -> None:
         """Deliver what is buffered and close the run; during an outage, spool it instead."""
@@ -204,7 +173,7 @@ class MLflowTracker(Tracker):
             self.log_artifacts(list(artifacts))
             if reason:
                 self.set_tags({REASON_TAG: reason})
-            self.client.set_terminated(self.run_id, status=status)
+            self.store.set_terminated(self.run_id, status)
         except Exception as exc:
             path = self.spool(status, reason, artifacts)
             print(

@@ -38,6 +38,7 @@ from ablate.sweep.launch.job import run_here
 from ablate.sweep.launch.pool import Exited, Pool, take, wait_all
 from ablate.sweep.launch.returns import from_json
 from ablate.sweep.launch.settings import ProcessSettings
+from ablate.sweep.plan import composed
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +195,6 @@ def run_in_process(job: Job, hydra_context, task_function, config):
 
 def start(job: Job, pool: Pool, work: Path, threads: int) -> None:
     from hydra.core.utils import filter_overrides
-
-    from ablate.sweep.plan import composed
 
     log.info(f"\t#{job.num} : {' '.join(filter_overrides(job.overrides))}")
     job.path(work, RETURN_SUFFIX).unlink(missing_ok=True)

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import importlib
 import json
 import os
 import resource
@@ -52,10 +51,11 @@ import traceback
 from pathlib import Path
 
 from ablate.files import write_json
-from ablate.host import die_with_parent, flush_std_streams, interrupt_on
+from ablate.host import die_with_parent, flush_std_streams, import_available, interrupt_on
 from ablate.sweep.context import USAGE_FILE
 from ablate.sweep.launch.job import run_here
 from ablate.sweep.launch.returns import to_json
+from ablate.tracking.agent import mlflow_modules
 
 # What a job imports (a job's usage.json lists what it still had to import); loaded here once so
 # that no job pays for it. A name this torch or Hydra does not have is skipped.
@@ -85,17 +85,6 @@ PRELOAD = (
     "ablate.sweep.launch.job",
     "ablate.sweep.launch.returns",
 )
-# With tracking=mlflow: the client, and the store that the URI names (a server, or a database
-# through SQLAlchemy's dialect for it, whose schema MLflow checks with alembic).
-PRELOAD_MLFLOW = ("mlflow.tracking", "mlflow.entities", "netrc")
-MLFLOW_SERVER = ("mlflow.store.tracking.rest_store",)
-MLFLOW_DATABASE = (
-    "mlflow.store.tracking.sqlalchemy_store",
-    "mlflow.store.tracking.sqlalchemy_workspace_store",
-    "alembic.command",
-    "alembic.config",
-)
-
 
 NO_FORK_ENV = "ABLATE_WORKER_FORK"  # "0": one fresh worker per job, as where fork is unavailable
 
@@ -109,21 +98,7 @@ def can_fork() -> bool:
 
 def preload(mlflow_uri: str | None) -> list[str]:
 
-    names = list(PRELOAD)
-    if mlflow_uri:
-        scheme = mlflow_uri.split(":", 1)[0].split("+", 1)[0]  # postgresql+psycopg2 -> postgresql
-        names += PRELOAD_MLFLOW
-        if scheme in ("http", "https"):
-            names += MLFLOW_SERVER
-        else:
-            names += [*MLFLOW_DATABASE, f"sqlalchemy.dialects.{scheme}"]
-    loaded = []
-    for name in names:
-        try:
-            importlib.import_module(name)
-            loaded.append(name)
-        except ImportError:
-            pass
+    loaded = import_available([*PRELOAD, *(mlflow_modules(mlflow_uri) if mlflow_uri else [])])
     # Hydra finds its plugins by importing every module under hydra_plugins, and parses overrides
     # with a generated ANTLR parser: both happen in every job unless done here (pure Python, no threads).
     from hydra.core.override_parser.overrides_parser import OverridesParser

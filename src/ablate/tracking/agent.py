@@ -1,0 +1,261 @@
+"""A run's MLflow calls served by a process of its own, so that a run does not wait for MLflow.
+
+A fresh `python -m ablate` spends about 2 s of CPU importing MLflow's client (its package pulls in
+pandas, SQLAlchemy, alembic and more) and about 1 s opening a sqlite store, one after the other on
+the path to its first step: +31% on a 10 s run. The command line starts this agent first thing
+for a run that will likely track (`prestart`): the agent imports MLflow's client on another core
+while the run composes its config and imports torch; it imports the code of the store the config
+names (`use`), and opens the store once every check has passed (`open_store`), so that nothing is
+created for a run that fails its checks. The run's tracker then makes its calls through the agent
+(`store_for`), one request and one reply at a time, exactly the calls a RunStore would make here.
+
+Only where MLflow is not imported yet: a process that has it (a sweep's warm worker, a test that
+runs commands in its own process) calls MLflow directly.
+
+The agent ignores the signals meant for the run (a terminal's Ctrl-C reaches its whole process
+group, SLURM signals every process of a job), so that the run can still close its MLflow run
+after one; it exits when its input ends, which is when the run closes it or the run's process is
+gone, however it went (run/watchdog.py marks a run that died without closing it KILLED). If the
+agent itself dies, each call fails like an unreachable store: the tracker buffers and spools.
+
+    python -m ablate.tracking.agent           (JSON lines: requests on stdin, replies on stdout)
+    {"call": "use", "args": [uri]}             -> {"ok": [modules imported for that store]}
+    {"call": "open", "args": [experiment]}     -> {"ok": experiment_id}
+    {"call": METHOD, "args": [...]}            -> {"ok": result} | {"error": "Type: message"}
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from ablate.host import import_available
+from ablate.tracking.runstore import CALLS, RunStore
+
+# Signals meant for the run (run/watchdog.py ignores the same ones).
+RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+CLOSE_TIMEOUT_S = 30.0
+
+
+class StoreError(RuntimeError):
+    """A call the agent could not make (the store refused it, or could not be reached): "Type: message"."""
+
+
+class AgentGone(ConnectionError):
+    """The agent process has ended: every later call fails like an unreachable store."""
+
+
+CLIENT_MODULES = ("mlflow.tracking", "mlflow.entities", "netrc")
+
+
+def mlflow_modules(uri: str) -> list[str]:
+    """What a process that will call the store `uri` imports: MLflow's client, and the store the URI
+    names (a server, or a database through SQLAlchemy's dialect for it, whose schema MLflow checks
+    with alembic)."""
+    names = list(CLIENT_MODULES)
+    scheme = uri.split(":", 1)[0].split("+", 1)[0]  # postgresql+psycopg2 -> postgresql
+    if scheme in ("http", "https"):
+        return [*names, "mlflow.store.tracking.rest_store"]
+    return [
+        *names,
+        "mlflow.store.tracking.sqlalchemy_store",
+        "mlflow.store.tracking.sqlalchemy_workspace_store",
+        "alembic.command",
+        "alembic.config",
+        f"sqlalchemy.dialects.{scheme}",
+    ]
+
+
+# -- the run's side ------------------------------------------------------------------------------------
+
+
+class Agent:
+    """The agent process, and the store calls made through it (thread-safe: one call at a time)."""
+
+    def __init__(self):
+        self.uri: str | None = None
+        self.owner = os.getpid()
+        self.experiment: str | None = None
+        self.owed = 0  # replies to requests sent without waiting (open)
+        self.lock = threading.Lock()
+        # Its own session: a terminal's Ctrl-C, meant for the run, does not reach it.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ablate.tracking.agent"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    def use(self, uri: str) -> None:
+        """Have the agent import the code of the store `uri` now; its reply is read by the next call."""
+        self._send_ahead("use", uri)
+        self.uri = uri
+
+    def open(self, experiment: str) -> None:
+        """Have the agent open the store and the experiment now; its reply is read by the next call."""
+        self._send_ahead("open", experiment)
+        self.experiment = experiment
+
+    def _send_ahead(self, name: str, arg: str) -> None:
+        with self.lock:
+            self._send(name, [arg])
+            self.owed += 1
+
+    def call(self, name: str, *args):
+        with self.lock:
+            while self.owed:
+                self.owed -= 1
+                self._reply()  # an open that failed fails the first call after it
+            self._send(name, list(args))
+            return self._reply()
+
+    def close(self) -> None:
+        """End of input: the agent exits once it has answered everything sent (every call but an
+        open waits for its reply). An agent that was never asked to open the store holds nothing
+        and is killed at once, still importing perhaps: a command that fails its checks fails fast."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        if self.experiment is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+    def _send(self, name: str, args: list) -> None:
+        try:
+            self.proc.stdin.write((json.dumps({"call": name, "args": args}) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            raise AgentGone(self._gone()) from None
+
+    def _reply(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AgentGone(self._gone())
+        reply = json.loads(line)
+        if "error" in reply:
+            raise StoreError(reply["error"])
+        return reply["ok"]
+
+    def _gone(self) -> str:
+        code = self.proc.poll()
+        return f"the tracking agent for {self.uri} has ended" + (f" (exit status {code})" if code is not None else "")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+class AgentStore:
+    """A RunStore's methods (runstore.CALLS), each made by the agent."""
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+
+    def __getattr__(self, name: str):
+        if name not in CALLS:
+            raise AttributeError(name)
+        return lambda *args: self.agent.call(name, *args)
+
+
+_AGENT: list[Agent | None] = [None]  # this process's agent, at most one
+
+
+def prestart() -> None:
+    """Start this process's agent now (it imports MLflow's client), unless this process has MLflow
+    imported already (a RunStore here then costs nothing to start) or has a live agent."""
+    current = _AGENT[0]
+    if "mlflow.tracking" in sys.modules or (current is not None and current.alive()):
+        return
+    close()
+    _AGENT[0] = Agent()
+    atexit.unregister(close)
+    atexit.register(close)
+
+
+def use(uri: str) -> None:
+    """The run tracks into `uri`: the agent (started now if it was not) imports that store's code.
+    An agent started for another store is replaced."""
+    current = _AGENT[0]
+    if current is not None and current.uri not in (None, uri):
+        close()
+    prestart()
+    agent = _AGENT[0]
+    if agent is not None and agent.uri is None:
+        agent.use(uri)
+
+
+def open_store(uri: str, experiment: str) -> None:
+    """Every check has passed: the agent for `uri`, if started, opens the store and the experiment."""
+    agent = _AGENT[0]
+    if agent is not None and agent.uri == uri and agent.experiment is None:
+        agent.open(experiment)
+
+
+def store_for(uri: str, experiment: str):
+    """The store calls for a run of `experiment` in `uri` through this process's agent (whose
+    opening is awaited by the first call), or None where there is no agent for it."""
+    agent = _AGENT[0]
+    if agent is None or agent.uri != uri or agent.owner != os.getpid():
+        return None
+    if agent.experiment is None:
+        agent.open(experiment)
+    elif agent.experiment != experiment:
+        return None
+    return AgentStore(agent)
+
+
+def close() -> None:
+    """Close this process's agent (at exit at the latest)."""
+    agent, _AGENT[0] = _AGENT[0], None
+    if agent is not None and agent.owner == os.getpid():
+        agent.close()
+
+
+# -- the agent's side ----------------------------------------------------------------------------------
+
+
+def serve() -> None:
+    for signum in RUN_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    replies = os.fdopen(os.dup(1), "w", buffering=1)  # the pipe to the run
+    os.dup2(2, 1)  # anything MLflow prints goes to stderr, not into the replies
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    import_available(CLIENT_MODULES)
+    uri: str | None = None
+    store: RunStore | None = None
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        name, args = request["call"], request.get("args", [])
+        try:
+            if name == "use":
+                uri = args[0]
+                result = import_available(mlflow_modules(uri))
+            elif name == "open" and uri is not None:
+                store = RunStore(uri, args[0])
+                result = store.experiment_id
+            elif name in CALLS and store is not None:
+                result = getattr(store, name)(*args)
+            else:
+                raise StoreError(f"{name}: not a store call, or the store is not open")
+            reply = {"ok": result}
+        except Exception as exc:  # the run decides what a failure means (an outage: buffer, retry)
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        replies.write(json.dumps(reply) + "\n")
+    # Every call has been answered, so everything the run sent is in the store: exit now, without
+    # the interpreter's clean-up of MLflow's modules (about 0.5 s the run would wait for).
+    replies.close()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    serve()
