@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main
-from ablate.cli.fit import FitTrackingConfig
+from ablate.cli.fit import FitTrackingConfig, check_source
 from ablate.config import ConfigError, build
 
 
@@ -43,12 +43,7 @@ class CompareConfig:
     tracking: FitTrackingConfig = field(default_factory=FitTrackingConfig)
 
     def validate(self) -> None:
-        if (self.experiment is None) == (self.points is None):
-            given = "both" if self.experiment else "neither"
-            raise ConfigError(
-                f"experiment and points: {given} given (valid: experiment=NAME, an MLflow experiment, "
-                "or points=FILE.csv with columns params,tokens,loss,flops and an arm column)"
-            )
+        check_source(self.experiment, self.points, "params,tokens,loss,flops and an arm column")
         if not self.baseline:
             raise ConfigError(
                 f"baseline={self.baseline} is missing (valid: the value of {self.arm} to measure against)"

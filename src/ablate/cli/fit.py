@@ -71,6 +71,16 @@ class Approach2Config:
                 raise ConfigError(f"approach2.{key}={getattr(self, key)} must be positive (valid: > 0 decades)")
 
 
+def check_source(experiment: str | None, points: str | None, columns: str) -> None:
+    """Exactly one source of points: an MLflow experiment or a CSV file with `columns`."""
+    if (experiment is None) == (points is None):
+        given = "both" if experiment else "neither"
+        raise ConfigError(
+            f"experiment and points: {given} given (valid: experiment=NAME, an MLflow experiment, "
+            f"or points=FILE.csv with columns {columns})"
+        )
+
+
 @dataclass
 class FitSourceConfig:
     """What `ablate fit` and `ablate backtest` share: where the points come from, and how approach 3 is
@@ -90,12 +100,7 @@ class FitSourceConfig:
     def validate(self) -> None:
         from ablate.scaling.points import PARAM_KINDS
 
-        if (self.experiment is None) == (self.points is None):
-            given = "both" if self.experiment else "neither"
-            raise ConfigError(
-                f"experiment and points: {given} given (valid: experiment=NAME, an MLflow experiment, "
-                "or points=FILE.csv with columns params,tokens,loss[,flops])"
-            )
+        check_source(self.experiment, self.points, "params,tokens,loss[,flops]")
         for key in ("n_boot", "seed"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key}={getattr(self, key)} is negative (valid: >= 0)")
