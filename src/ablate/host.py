@@ -62,6 +62,11 @@ def flush_std_streams() -> None:
             pass
 
 
+# Signals that mean "stop the run" (a terminal, a scheduler): the processes that must outlive a run
+# to close its records (run/watchdog.py, tracking/agent.py) ignore them.
+RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
 def import_available(names) -> list[str]:
     """Import each module of `names` that this environment has (a warm process's preload); the
     names imported."""

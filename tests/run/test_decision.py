@@ -12,8 +12,8 @@ from ablate.run import checkpoint, train
 from ablate.run.decision import BUSY, RESUME, RUN, SKIP, decide
 from ablate.run.prepare import prepare
 from ablate.sweep.plan import PlannedJob, decide_all
+from ablate.tracking.runstore import ExistingRun
 from ablate.tracking.tags import CONFIG_HASH_TAG, REASON_TAG, RESUMED_TAG
-from ablate.tracking.tracker import ExistingRun
 
 STATUSES = [
     None,

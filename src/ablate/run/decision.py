@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ablate.run.checkpoint import CheckpointMeta
-from ablate.tracking.tracker import ExistingRun
+from ablate.tracking.runstore import ExistingRun
 
 RUN, RESUME, SKIP, BUSY = "run", "resume", "skip", "busy"
 RESUMABLE = ("RUNNING", "KILLED")

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 
+from ablate.host import RUN_SIGNALS
 from ablate.run.lock import Busy, Owner, RunLock
 from ablate.tracking.tags import REASON_TAG
 
@@ -66,10 +67,6 @@ def watch(uri: str, run_id: str, lock_dir=None) -> Watch | None:
     except OSError as exc:
         print(f"ablate: no watchdog for MLflow run {run_id} ({exc})", file=sys.stderr)
         return None
-
-
-# Signals that mean "stop the run" (a terminal, a scheduler): the watchdog outlives the run.
-RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def main(uri: str, run_id: str, lock_dir: str | None = None) -> int:

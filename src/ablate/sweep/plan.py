@@ -30,9 +30,9 @@ from ablate.model import accounting
 from ablate.run import checkpoint
 from ablate.run.decision import decide
 from ablate.run.lock import busy_with
+from ablate.tracking.runstore import existing_run
 from ablate.tracking.store import quiet_store_logs, sqlite_path
 from ablate.tracking.tags import CONFIG_HASH_TAG
-from ablate.tracking.tracker import existing_run
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 # The last plan's compositions: a job's overrides -> its DictConfig, and the sweep config they came from.

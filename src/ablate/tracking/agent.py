@@ -34,11 +34,9 @@ import subprocess
 import sys
 import threading
 
-from ablate.host import import_available
+from ablate.host import RUN_SIGNALS, import_available
 from ablate.tracking.runstore import CALLS, RunStore
 
-# Signals meant for the run (run/watchdog.py ignores the same ones).
-RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 CLOSE_TIMEOUT_S = 30.0
 
 
@@ -81,7 +79,7 @@ class Agent:
         self.uri: str | None = None
         self.owner = os.getpid()
         self.experiment: str | None = None
-        self.owed = 0  # replies to requests sent without waiting (open)
+        self.owed = 0  # replies to requests sent without waiting (use, open)
         self.lock = threading.Lock()
         # Its own session: a terminal's Ctrl-C, meant for the run, does not reach it.
         self.proc = subprocess.Popen(

@@ -8,8 +8,10 @@ imports (about 2 s of CPU) and a store's opening (about 1 s) before it can train
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+from dataclasses import dataclass
 
 from ablate.tracking.store import ensure_experiment, quiet_store_logs
 from ablate.tracking.tags import CONFIG_HASH_TAG, OWNER_TAG, REASON_TAG
@@ -38,6 +40,20 @@ CALLS = (
 )
 
 
+@dataclass
+class ExistingRun:
+    run_id: str
+    status: str  # RUNNING, FINISHED, FAILED, KILLED
+    reason: str = ""
+    owner: str = ""  # OWNER_TAG: the process that last wrote it
+
+
+def existing_run(run) -> ExistingRun:
+    """An MLflow Run as the decision rule sees it."""
+    tags = run.data.tags
+    return ExistingRun(run.info.run_id, run.info.status, tags.get(REASON_TAG, ""), tags.get(OWNER_TAG, ""))
+
+
 class RunStore:
     """MLflow's client for one store and, given `experiment` (its name), that experiment, created
     if it does not exist yet (store.ensure_experiment). Without one, only calls on a known run."""
@@ -64,16 +80,7 @@ class RunStore:
             order_by=["attributes.start_time DESC"],
             max_results=1,
         )
-        if not runs:
-            return None
-        tags = runs[0].data.tags
-        info = runs[0].info
-        return {
-            "run_id": info.run_id,
-            "status": info.status,
-            "reason": tags.get(REASON_TAG, ""),
-            "owner": tags.get(OWNER_TAG, ""),
-        }
+        return dataclasses.asdict(existing_run(runs[0])) if runs else None
 
     def create_run(self, run_name: str, tags: dict) -> str:
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags={k: str(v) for k, v in tags.items()})

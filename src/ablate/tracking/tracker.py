@@ -21,24 +21,10 @@ from ablate.config import TrackingConfig
 from ablate.faults import failpoint
 from ablate.files import write_json
 from ablate.tracking import agent
-from ablate.tracking.runstore import MAX_METRICS_PER_BATCH, RunStore
-from ablate.tracking.tags import OWNER_TAG, REASON_TAG, STEP_KEY
+from ablate.tracking.runstore import MAX_METRICS_PER_BATCH, ExistingRun, RunStore
+from ablate.tracking.tags import REASON_TAG, STEP_KEY
 
 MAX_BACKOFF_S = 60.0
-
-
-@dataclass
-class ExistingRun:
-    run_id: str
-    status: str  # RUNNING, FINISHED, FAILED, KILLED
-    reason: str = ""
-    owner: str = ""  # OWNER_TAG: the process that last wrote it
-
-
-def existing_run(run) -> ExistingRun:
-    """An MLflow Run as the decision rule sees it."""
-    tags = run.data.tags
-    return ExistingRun(run.info.run_id, run.info.status, tags.get(REASON_TAG, ""), tags.get(OWNER_TAG, ""))
 
 
 @dataclass

@@ -71,8 +71,14 @@ class Pool:
     def submit(self, num: int, overrides: list, threads: int, log: Path, result: Path, job_cfg=None) -> None:
         """Run job `num` (`job_cfg`: its config as the sweep plan composed it; None: the job composes it)."""
         worker = self._worker(num)
-        msg = {"cmd": "run", "num": num, "overrides": overrides, "threads": threads, "log": str(log)}
-        msg["result"] = str(result)
+        msg = {
+            "cmd": "run",
+            "num": num,
+            "overrides": overrides,
+            "threads": threads,
+            "log": str(log),
+            "result": str(result),
+        }
         if job_cfg is not None:
             import cloudpickle
 
