@@ -241,17 +241,26 @@ class ForkServer:
             else:
                 state["forked"].set()
 
+    def start(self, argv: list[str], cwd: Path, env: dict, stdout: Path, stderr: Path) -> dict:
+        """Fork the command and return at once: its state, which the reader thread fills in."""
+        request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(stdout), "stderr": str(stderr)}
+        state = {"forked": threading.Event(), "done": threading.Event()}
+        with self.lock:
+            request["id"] = state["id"] = str(next(self.ids))
+            self.pending[request["id"]] = state
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        return state
+
+    def forget(self, state: dict) -> None:
+        with self.lock:
+            self.pending.pop(state["id"], None)
+
     def run(self, argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
         args = [sys.executable, "-m", "ablate", *argv]
         with tempfile.TemporaryDirectory(prefix="ablate-cli-") as tmp:
             out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
-            request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
-            state = {"forked": threading.Event(), "done": threading.Event()}
-            with self.lock:
-                request["id"] = str(next(self.ids))
-                self.pending[request["id"]] = state
-                self.proc.stdin.write(json.dumps(request) + "\n")
-                self.proc.stdin.flush()
+            state = self.start(argv, cwd, env, out, err)
             try:
                 if not state["done"].wait(timeout):
                     assert state["forked"].wait(10), "the fork server did not start the command"
@@ -260,14 +269,46 @@ class ForkServer:
                     state["done"].wait(30)
                     raise subprocess.TimeoutExpired(args, timeout, out.read_bytes(), err.read_bytes())
             finally:
-                with self.lock:
-                    self.pending.pop(request["id"])
+                self.forget(state)
             read = (p.read_bytes().decode("utf-8", errors="replace") for p in (out, err))
             return subprocess.CompletedProcess(args, state["code"], *read)
 
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(30)
+
+
+class Forked:
+    """A command that cli.start forked and did not wait for, with the part of Popen's interface the
+    tests use: pid, poll, wait, send_signal, kill. Its process group is its own (forkserver.py), as
+    with Popen(start_new_session=True). A signal is sent only while the command has not been reaped,
+    so that it never reaches a process that took its pid afterwards."""
+
+    def __init__(self, server: ForkServer, state: dict, args: list[str]):
+        self.server, self.state, self.args = server, state, args
+        assert state["forked"].wait(60), "the fork server did not start the command"
+        self.pid: int = state["pid"]
+
+    @property
+    def returncode(self) -> int | None:
+        return self.state["code"] if self.state["done"].is_set() else None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self.state["done"].wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        self.server.forget(self.state)
+        return self.state["code"]
+
+    def send_signal(self, sig: int) -> None:
+        if not self.state["done"].is_set():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")
@@ -279,7 +320,10 @@ def cli():
     descriptors, the process's state put back) unless the command starts processes of its own
     (a sweep, --multirun, a study, `ablate ui`, DDP ranks), env is given or process=True: those run
     as processes of their own, forked from a warm fork server (ForkServer). ABLATE_TESTS_CLI=process
-    runs every command as `python -m ablate` in a fresh interpreter. timeout applies to a process only."""
+    runs every command as `python -m ablate` in a fresh interpreter. timeout applies to a process only.
+
+    cli.start(args, cwd, stdout=None, stderr=None): the command forked from the same server and not
+    waited for (Forked: pid, poll, wait, send_signal), for a test that signals or kills it midway."""
     import inprocess
 
     server: list[ForkServer] = []
@@ -313,7 +357,29 @@ def cli():
             env=full_env,
         )
 
+    def start(args: list[str], cwd: Path, stdout: Path | None = None, stderr: Path | None = None):
+        """`ablate ARGS` as a process of its own that runs on while the test goes on (a Popen where
+        ABLATE_TESTS_CLI=process); its output goes to the files named, else nowhere."""
+        full_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+        out, err = str(stdout or os.devnull), str(stderr or os.devnull)
+        if ALWAYS_A_PROCESS:
+            with open(out, "ab") as o, open(err, "ab") as e:
+                return subprocess.Popen(
+                    [sys.executable, "-m", "ablate", *args],
+                    cwd=cwd,
+                    stdout=o,
+                    stderr=e,
+                    env=full_env,
+                    start_new_session=True,
+                )
+        with lock:
+            if not server:
+                server.append(ForkServer())
+        state = server[0].start(list(args), Path(cwd).resolve(), full_env, Path(out), Path(err))
+        return Forked(server[0], state, [sys.executable, "-m", "ablate", *args])
+
     lock = threading.Lock()
+    run.start = start
     yield run
     if server:
         server[0].close()
@@ -385,17 +451,20 @@ class MlflowServer:
 
 
 @pytest.fixture
-def mlflow_server(tmp_path):
+def mlflow_server(tmp_path, mlflow_store_template):
     """mlflow_server(store=None, ui=False): a started MLflow tracking server over `store` (an MLflow
     backend URI; a fresh sqlite file by default), through `ablate ui` with ui=True. Stopped at the
-    end of the test; .stop() and .start() in between restart it on the same port."""
+    end of the test; .stop() and .start() in between restart it on the same port. A sqlite store
+    that does not exist yet starts as a copy of mlflow_store_template: the server would otherwise
+    spend seconds of CPU on MLflow's migrations before it answers."""
     started: list[MlflowServer] = []
 
     def start(store: str | None = None, ui: bool = False) -> MlflowServer:
         n = len(started)
-        server = MlflowServer(
-            store or f"sqlite:///{tmp_path / f'server{n}.db'}", free_port(), tmp_path / f"server{n}.log", ui
-        )
+        store = store or f"sqlite:///{tmp_path / f'server{n}.db'}"
+        if store.startswith("sqlite:///") and not Path(store[len("sqlite:///") :]).exists():
+            shutil.copyfile(mlflow_store_template, store[len("sqlite:///") :])
+        server = MlflowServer(store, free_port(), tmp_path / f"server{n}.log", ui)
         started.append(server)
         server.start()
         return server

@@ -94,7 +94,8 @@ def _child(request: dict, null: int) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            # O_APPEND: when both name one file, neither descriptor writes over the other's output
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
             os.dup2(target, fd)
             os.close(target)
         threads = os.environ.get("OMP_NUM_THREADS", "")

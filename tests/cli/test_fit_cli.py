@@ -307,7 +307,7 @@ def sweep_dir(cli, tmp_path_factory):
 def test_fit_of_a_real_sweep_from_mlflow(fit, run_statuses, sweep_dir):
     from mlflow.tracking import MlflowClient
 
-    result = fit(["experiment=ablate", "n_boot=50"], sweep_dir)
+    result = fit(["experiment=ablate", "n_boot=20"], sweep_dir)
     out = sweep_dir / "exports" / "ablate"  # the default: exports/<experiment>
     doc = json.loads((out / "fit.json").read_text())
     assert (

@@ -9,7 +9,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -93,10 +92,13 @@ def metric_steps(cwd: Path, run_id: str, key: str) -> list[int]:
     return sorted(m.step for m in client.get_metric_history(run_id, key))
 
 
-def launch(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "ablate", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+def launch(cli, args: list[str], cwd: Path):
+    """The launching command, left running; what it prints goes to cwd/launch.log (launched_output)."""
+    return cli.start(args, cwd, stdout=cwd / "launch.log", stderr=cwd / "launch.log")
+
+
+def launched_output(cwd: Path) -> str:
+    return (cwd / "launch.log").read_text(errors="replace")
 
 
 def kill_job_processes(job: str) -> None:
@@ -270,7 +272,7 @@ def test_scontrol_requeue_resumes_from_the_checkpoint_into_the_same_run(cli, run
         "train.flush_interval_s=1",
         "train.checkpoint_interval=1000",
     ]
-    proc = launch(["--multirun", "hydra/launcher=slurm", *QUICK, *steps], workdir)
+    proc = launch(cli, ["--multirun", "hydra/launcher=slurm", *QUICK, *steps], workdir)
     try:
         sweep_dir = wait_for(
             "the job to be submitted",
@@ -286,11 +288,11 @@ def test_scontrol_requeue_resumes_from_the_checkpoint_into_the_same_run(cli, run
             ref_dir, tracking="mlflow", **{"train.steps": 600, "train.log_interval": 50, "train.eval_interval": 200}
         )
         reference = train.run(ref_cfg, ref_dir / "out")
-        out, _ = proc.communicate(timeout=WAIT_S)
+        proc.wait(WAIT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, out[-3000:]
+    assert proc.returncode == 0, launched_output(workdir)[-3000:]
     (run,) = child_runs(workdir)
     events = preemption.read_events(sweep_dir / "0")
     assert [(e["signal"], e["action"]) for e in events] == [("SIGTERM", "continue")]
@@ -315,7 +317,7 @@ def test_usr2_requeues_the_job_until_its_timeouts_are_used_up(cli, workdir):
     # submitit's has_timed_out); one requeue allowed, so the second USR2 fails the run.
     settings = ["hydra.launcher.timeout_min=5", "hydra.launcher.max_num_timeout=1", "hydra.launcher.signal_delay_s=60"]
     steps = ["train.steps=3000", "train.log_interval=10", "train.eval_interval=100", "train.flush_interval_s=1"]
-    proc = launch(["--multirun", "hydra/launcher=slurm", *QUICK, *settings, *steps], workdir)
+    proc = launch(cli, ["--multirun", "hydra/launcher=slurm", *QUICK, *settings, *steps], workdir)
     try:
         sweep_dir = wait_for(
             "the job to be submitted",
@@ -333,11 +335,11 @@ def test_usr2_requeues_the_job_until_its_timeouts_are_used_up(cli, workdir):
             proc=proc,
         )
         subprocess.run(usr2, check=True, timeout=30)
-        out, _ = proc.communicate(timeout=WAIT_S)
+        proc.wait(WAIT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1, out[-3000:]
+    assert proc.returncode == 1, launched_output(workdir)[-3000:]
     events = preemption.read_events(sweep_dir / "0")
     assert [(e["signal"], e["action"]) for e in events] == [("SIGUSR2", "stop"), ("SIGUSR2", "stop")]
     (run,) = child_runs(workdir)

@@ -7,8 +7,6 @@ import math
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -430,10 +428,14 @@ def test_kill_a_parallel_sweep_midway_then_relaunch(cli, run_statuses, tmp_path)
     every metric matches a sweep that was never interrupted."""
     # train/loss is logged every step: a mean over a log interval that a kill cuts in two is
     # averaged again from the resume step (train.py does not checkpoint the running sum).
+    # The kill comes when the 20-step run has finished, which found the long run near step 50 on a
+    # loaded 2-core machine: 300 steps leave it ~6x that margin, and each of the three sweeps
+    # trains the long run (a third of them twice), so its length is most of the test's CPU.
+    long = 300
     args = [
         "--multirun",
         "model=nano",
-        "train.steps=600,20,24",
+        f"train.steps={long},20,24",
         "train.checkpoint_interval=20",
         "train.log_interval=1",
         "train.eval_interval=5",
@@ -445,14 +447,7 @@ def test_kill_a_parallel_sweep_midway_then_relaunch(cli, run_statuses, tmp_path)
     ]
     killed, reference = tmp_path / "killed", tmp_path / "reference"
     killed.mkdir(), reference.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ablate", *args, "hydra.sweep.dir=first"],
-        cwd=killed,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
+    proc = cli.start([*args, "hydra.sweep.dir=first"], killed)
     children = []
     try:
         _wait_until_interruptible(killed / "first", killed / ".ablate" / "state", proc)
@@ -466,7 +461,7 @@ def test_kill_a_parallel_sweep_midway_then_relaunch(cli, run_statuses, tmp_path)
         for n in "012"
         if (killed / "first" / n / "result.json").exists()
     }
-    assert before["0"]["status"] == "killed" and 0 < before["0"]["steps"] < 600
+    assert before["0"]["status"] == "killed" and 0 < before["0"]["steps"] < long
     # MLflow, not result.json, says what finished: train.run closes the MLflow run last.
     finished = sorted(n for n, r in before.items() if _mlflow_status(killed, r) == "FINISHED")
     assert finished, "no short run had finished"
@@ -475,7 +470,7 @@ def test_kill_a_parallel_sweep_midway_then_relaunch(cli, run_statuses, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     counts = re.search(r"3 jobs: (\d+) to run, (\d+) to resume, (\d+) skipped \((\d+) already finished\)", again.stderr)
     assert counts and int(counts[3]) == int(counts[4]) == len(finished), again.stderr[-3000:]
-    assert "#0 train.steps=600: resume from its checkpoint" in again.stderr
+    assert f"#0 train.steps={long}: resume from its checkpoint" in again.stderr
     after = {n: json.loads((killed / "second" / n / "result.json").read_text()) for n in "012"}
     assert after["0"]["status"] == "finished" and after["0"]["mlflow_run_id"] == before["0"]["mlflow_run_id"]
     assert sorted(n for n, r in after.items() if r["status"] == "skipped") == finished  # none ran twice
@@ -492,7 +487,7 @@ def test_kill_a_parallel_sweep_midway_then_relaunch(cli, run_statuses, tmp_path)
                 assert math.isclose(v1, v2, rel_tol=1e-5, abs_tol=1e-6), (steps_budget, key, s, v1, v2)
 
 
-def _wait_until_interruptible(sweep_dir: Path, state_dir: Path, proc: subprocess.Popen) -> None:
+def _wait_until_interruptible(sweep_dir: Path, state_dir: Path, proc) -> None:
     """Until a short run has finished and the long one (job 0) has a checkpoint."""
     deadline = time.time() + TIMEOUT_S
     while True:

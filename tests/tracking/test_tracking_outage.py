@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -42,21 +40,16 @@ def points(uri: str, key: str = "train/loss") -> list[int]:
     return run, sorted(m.step for m in client.get_metric_history(run.info.run_id, key))
 
 
-def start_training(workdir: Path, uri: str):
-    log = open(workdir / "train.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ablate", *ARGS, f"tracking.uri={uri}"],
-        cwd=workdir,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    return proc, workdir / "train.log"
+def start_training(cli, workdir: Path, uri: str):
+    """The run as a process of its own (the test stops and continues it), forked warm."""
+    log = workdir / "train.log"
+    return cli.start([*ARGS, f"tracking.uri={uri}"], workdir, stdout=log, stderr=log), log
 
 
 @pytest.mark.ledger("fault", "`mlflow server` stopped mid-run, started again while the run goes on")
-def test_outage_mid_run_is_bridged_by_the_buffer(request, workdir, mlflow_server):
+def test_outage_mid_run_is_bridged_by_the_buffer(cli, request, workdir, mlflow_server):
     server = mlflow_server(f"sqlite:///{workdir / 'store.db'}")
-    proc, log = start_training(workdir, server.uri)
+    proc, log = start_training(cli, workdir, server.uri)
     try:
         wait_for(lambda: _has_points(server.uri), 300, "no metric reached the server")
         # The trainer is frozen while the server stops and again while it restarts, so the run
@@ -86,7 +79,7 @@ def test_outage_mid_run_is_bridged_by_the_buffer(request, workdir, mlflow_server
 @pytest.mark.ledger("fault", "`mlflow server` stopped mid-run and down when the run ends, then `python -m ablate sync`")
 def test_run_ending_during_an_outage_is_spooled_then_synced(cli, request, workdir, mlflow_server):
     server = mlflow_server(f"sqlite:///{workdir / 'store.db'}")
-    proc, log = start_training(workdir, server.uri)
+    proc, log = start_training(cli, workdir, server.uri)
     try:
         wait_for(lambda: _has_points(server.uri), 300, "no metric reached the server")
         server.stop()
