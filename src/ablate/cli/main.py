@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from ablate.config import CONF_DIR
+from ablate.sweep.launch import pool
 from ablate.tracking import agent
 
 # name -> (module with main(), one line for `ablate --help`, how it takes its arguments)
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             module.main()
         finally:
-            _discard_sweep_worker()
+            pool.discard_prestarted()  # a worker started for a sweep that no launcher took
         return
     code = module.main(args)
     if code:
@@ -115,8 +117,6 @@ PROCESS_LAUNCHERS = ("parallel", "sequential")  # conf/hydra/launcher/
 
 def _preset_launcher(preset: str) -> str | None:
     """The launcher a sweep preset (conf/sweep/NAME.yaml) overrides to, read from its defaults line."""
-    from ablate.config import CONF_DIR
-
     try:
         text = (CONF_DIR / "sweep" / f"{preset}.yaml").read_text()
     except OSError:
@@ -131,15 +131,7 @@ def _preset_launcher(preset: str) -> str | None:
 def _prestart_sweep_worker(store: str) -> None:
     """The sweep's warm worker starts importing torch and MLflow now, on another core, while this
     process imports Hydra and composes the sweep (sweep/launch/pool.py)."""
-    from ablate.sweep.launch import pool
-
     pool.prestart(store or None)
-
-
-def _discard_sweep_worker() -> None:
-    pool = sys.modules.get("ablate.sweep.launch.pool")
-    if pool is not None:
-        pool.discard_prestarted()
 
 
 def _one_tracked_run(args: list[str]) -> bool:
