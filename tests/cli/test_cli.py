@@ -136,3 +136,30 @@ def test_a_diverging_run_fails_the_sweep_but_not_the_others(cli, run_statuses, w
     statuses = sorted(run_statuses(workdir / "mlflow.db"))
     assert statuses == ["FAILED", "FAILED", "FINISHED"]  # the diverged run and the sweep's parent
     assert "| optim.lr=100 | failed |" in proc.stderr
+
+
+def test_the_command_line_starts_a_sweeps_worker_exactly_when_the_config_names_a_process_launcher(monkeypatch, workdir):
+    """The warm worker starts before Hydra is imported, from the arguments alone: for every sweep
+    preset, with and without a launcher given, the guess agrees with the composed config's launcher
+    (the sweep callback's certain answer), and preloads the store the arguments name."""
+    from omegaconf import OmegaConf
+
+    from ablate.cli import common
+    from ablate.cli.main import _process_launched_sweep
+    from ablate.config import CONF_DIR
+
+    monkeypatch.chdir(workdir)
+    cases = [[f"+sweep={p.stem}"] for p in sorted((CONF_DIR / "sweep").glob("*.yaml"))]
+    cases += [[*cases[0], f"hydra/launcher={name}"] for name in ("basic", "sequential", "parallel")]
+    cases += [["--multirun", "train.seed=1,2"], ["--multirun", "train.seed=1,2", "hydra/launcher=parallel"]]
+    stores = {"": "sqlite:", "tracking=none": "", "tracking.uri=http://127.0.0.1:5000": "http://127.0.0.1:5000"}
+    launchers = set()
+    for args in cases:
+        cfg = common._compose("config", [a.replace("=1,2", "=1") for a in args if a != "--multirun"])
+        target = str(OmegaConf.select(cfg, "hydra.launcher._target_"))
+        launchers.add(target.endswith("ProcessLauncher"))
+        for extra, store in stores.items():
+            guess = _process_launched_sweep([*args, *filter(None, [extra])])
+            assert guess == (store if target.endswith("ProcessLauncher") else None), (args, extra, target)
+    assert launchers == {True, False} and len(cases) >= 10
+    assert _process_launched_sweep(["model=nano"]) is None  # one run: no sweep worker

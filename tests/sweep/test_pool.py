@@ -3,6 +3,7 @@ process that has imported everything once, each still its own process; results h
 Ctrl-C that stops a sweep in one line, resumably."""
 
 import json
+import operator
 import os
 import re
 import signal
@@ -17,9 +18,12 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
+from ablate.config import ConfigError
 from ablate.perf import peak
 from ablate.sweep.launch import returns
+from ablate.sweep.launch.pool import Pool
 from ablate.sweep.launch.worker import NO_FORK_ENV
+from ablate.tracking.store import check_store
 from support import SMALL_DATA
 
 TIMEOUT_S = 1800  # end-to-end sweeps on a 2-core machine shared with other work
@@ -81,6 +85,58 @@ def test_a_value_json_cannot_carry_is_described_in_one_string():
     doc = returns.to_json(_job_return(JobStatus.COMPLETED, {"when": object()}))
     assert doc["return_value"].startswith("dict (not JSON: ")
     assert returns.from_json(doc).status == JobStatus.COMPLETED
+
+
+# -- the sweep's own work, called in the worker -----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_call_runs_in_a_process_forked_from_the_worker_and_raises_here():
+    """Pool.call: values go and come back through the pipes (3 MB each way, more than a pipe
+    holds), computed in a process that is neither this one nor the worker; a ConfigError stays one
+    line, any other error keeps the forked process's traceback; with the worker gone, the call runs
+    here."""
+    pool = Pool(None).start()
+    try:
+        assert pool.call(len, b"x" * 3_000_000) == 3_000_000
+        assert pool.call(bytes, 3_000_000) == bytes(3_000_000)
+        pid, worker_pid = pool.call(os.getpid), pool.workers[0].proc.pid
+        assert pid not in (os.getpid(), worker_pid) and not psutil.pid_exists(pid)
+        with pytest.raises(ConfigError, match=r"^tracking.uri='ftp://x' is not an MLflow store") as err:
+            pool.call(check_store, "ftp://x")
+        assert not getattr(err.value, "__notes__", None)
+        with pytest.raises(KeyError) as err:
+            pool.call(operator.getitem, {}, "missing")
+        assert "forked from the sweep's worker" in err.value.__notes__[0] and "Traceback" in err.value.__notes__[0]
+    finally:
+        pool.close()
+    assert pool.call(os.getpid) == os.getpid()
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_launching_process_imports_neither_torch_nor_mlflow(tmp_path, run_statuses):
+    """A tracked sweep under the parallel launcher: its plan, parent run and summary are made in
+    processes forked from the warm worker, so the launching process (whose own imports
+    `python -X importtime` lists) never imports torch, MLflow or matplotlib, and the store still
+    holds every run FINISHED, with the summary logged to the parent run."""
+    args = [*SWEEP, "train.steps=1", "train.seed=1,2"]
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "ablate", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    imported = {ln.rsplit("|", 1)[1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")}
+    assert "hydra" in imported and "ablate.sweep.callback" in imported  # the listing is this process's
+    assert not imported & {"torch", "mlflow", "matplotlib", "sqlalchemy"}, sorted(imported & {"torch", "mlflow"})
+    assert "| train.seed=2 | finished |" in proc.stderr  # the summary came back and was printed
+    assert sorted(run_statuses(tmp_path / "mlflow.db")) == ["FINISHED"] * 3
+    with sqlite3.connect(tmp_path / "mlflow.db") as con:
+        (parent,) = con.execute("SELECT artifact_uri FROM runs WHERE name LIKE 'sweep:%'").fetchone()
+    assert (Path(parent.removeprefix("file://")) / "summary.json").is_file()
 
 
 # -- the warm worker, end to end ------------------------------------------------------------------

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from ablate.config import CONF_DIR
+from ablate.sweep.launch import pool
 from ablate.tracking import agent
 
 # name -> (module with main(), one line for `ablate --help`, how it takes its arguments)
@@ -64,10 +66,15 @@ def main(argv: list[str] | None = None) -> None:
     module_name, _, style = COMMANDS[name]
     if name == "train" and _one_tracked_run(args):
         agent.prestart()  # MLflow's client imported on another core while this process starts the run
+    elif name == "train" and (store := _process_launched_sweep(args)) is not None:
+        _prestart_sweep_worker(store)
     module = importlib.import_module(module_name)
     if style == "hydra":  # Hydra reads the overrides from sys.argv
         sys.argv = [f"{sys.argv[0]} {name}" if name != DEFAULT else sys.argv[0], *args]
-        module.main()
+        try:
+            module.main()
+        finally:
+            pool.discard_prestarted()  # a worker started for a sweep that no launcher took
         return
     code = module.main(args)
     if code:
@@ -78,6 +85,53 @@ def main(argv: list[str] | None = None) -> None:
 # own processes), Hydra's print-only flags, and tracking turned off.
 _NOT_ONE_TRACKED_RUN = {"-m", "--multirun", "--cfg", "-c", "--help", "-h", "--info", "-i", "--hydra-help"}
 _NOT_ONE_TRACKED_RUN |= {"--shell-completion", "-sc", "tracking=none", "tracking.backend=none"}
+
+
+def _process_launched_sweep(args: list[str]) -> str | None:
+    """For `ablate train ARGS` that is, by its arguments, a sweep under this project's process
+    launchers (hydra/launcher=parallel|sequential, given or set by its +sweep= preset): what its
+    worker should preload for tracking ("sqlite:", a tracking.uri= given, "" without tracking);
+    None otherwise. The sweep callback decides for certain from the composed config."""
+    if not any(a in ("-m", "--multirun") or a.lstrip("+").startswith("sweep=") for a in args):
+        return None
+    launcher = None
+    for a in args:
+        if a.lstrip("+").startswith("sweep="):
+            launcher = _preset_launcher(a.split("=", 1)[1]) or launcher
+    for a in args:
+        if a.startswith("hydra/launcher="):
+            launcher = a.split("=", 1)[1]
+    if launcher not in PROCESS_LAUNCHERS:
+        return None
+    store = "sqlite:"
+    for a in args:
+        if a in ("tracking=none", "tracking.backend=none"):
+            store = ""
+        elif a.startswith("tracking.uri="):
+            store = a.split("=", 1)[1]
+    return store
+
+
+PROCESS_LAUNCHERS = ("parallel", "sequential")  # conf/hydra/launcher/
+
+
+def _preset_launcher(preset: str) -> str | None:
+    """The launcher a sweep preset (conf/sweep/NAME.yaml) overrides to, read from its defaults line."""
+    try:
+        text = (CONF_DIR / "sweep" / f"{preset}.yaml").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        head, _, value = line.strip().lstrip("- ").partition(":")
+        if head.strip() == "override /hydra/launcher":
+            return value.strip()
+    return None
+
+
+def _prestart_sweep_worker(store: str) -> None:
+    """The sweep's warm worker starts importing torch and MLflow now, on another core, while this
+    process imports Hydra and composes the sweep (sweep/launch/pool.py)."""
+    pool.prestart(store or None)
 
 
 def _one_tracked_run(args: list[str]) -> bool:

@@ -9,6 +9,11 @@ because everything it does happens in the launching process or inside each job:
 - while the jobs run: a live line with runs done/total and the ETA (progress.SweepProgress), fed
   by the job directories; each job reports its step, loss and tokens/s to its own directory;
 - at the end: the summary (sweep_summary), printed and logged to the parent run.
+
+Under the process launchers the work here that needs torch or MLflow (the plan's checks and
+decisions, the parent run, the summary) runs in processes forked from the sweep's warm worker
+(pool.Pool.call), which has both loaded: the launching process imports neither. Under the other
+launchers it runs here.
 """
 
 from __future__ import annotations
@@ -51,10 +56,15 @@ class SweepCallback(Callback):
     def __init__(self) -> None:
         self._progress = None  # the live line, in the launching process only
         self._open_parent: dict | None = None  # sweep.json contents while the parent run is open
+        self._pool = None  # the process launchers' warm worker, for the work that needs torch or MLflow
 
     def __getstate__(self) -> dict:
         # Launchers pickle the callbacks into every job; the live parts belong to the launcher's process.
-        return {"_progress": None, "_open_parent": None}
+        return {"_progress": None, "_open_parent": None, "_pool": None}
+
+    def _call(self, fn, *args):
+        """fn(*args) where torch and MLflow are loaded: the warm worker when there is one, else here."""
+        return self._pool.call(fn, *args) if self._pool is not None else fn(*args)
 
     def on_multirun_start(self, config, **kwargs) -> None:
         from hydra.core.hydra_config import HydraConfig
@@ -66,8 +76,9 @@ class SweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         name = sweep_name(config)
         slug = re.sub(r"[^A-Za-z0-9_.]+", "-", name)  # sweep ids go into tags, view ids and URLs
-        prestart_worker(config)
-        jobs = sweep_plan.prepare(config)  # fails here, before anything is created, on a bad job config
+        self._pool = prestart_worker(config)
+        # fails here, before anything is created, on a bad job config
+        jobs = sweep_plan.prepare(config, self._call)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         info = {
             "sweep_id": f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
@@ -75,12 +86,13 @@ class SweepCallback(Callback):
             "started": time.time(),
         }
         tracking = OmegaConf.to_container(config.tracking, resolve=True)
-        if tracking.get("backend") == "mlflow":
-            info.update(start_parent_run(tracking, info["sweep_id"], name))
+        tracked = tracking.get("backend") == "mlflow"
+        parent, jobs = self._call(open_sweep, tracking if tracked else None, info["sweep_id"], name, jobs)
+        if tracked:
+            info.update(parent)
             self._open_parent = info
             atexit.register(self._abandon)
         if jobs is not None:
-            sweep_plan.decide_all(jobs)
             info["plan"] = [j.to_dict() for j in jobs]
         write_json(sweep_dir / SWEEP_FILE, info)
         print(f"sweep {info['sweep_id']}: results in {sweep_dir}", file=sys.stderr)
@@ -105,14 +117,13 @@ class SweepCallback(Callback):
             self._progress.stop()
         sweep_dir = Path(config.hydra.sweep.dir)
         info = read_sweep_file(sweep_dir)
-        LAST_SUMMARY = summarize(sweep_dir, info)
+        LAST_SUMMARY = self._call(close_sweep, sweep_dir, info)
         print(LAST_SUMMARY.table, file=sys.stderr)
         record_launch(sweep_dir, info, LAST_SUMMARY)
-        if info.get("parent_run_id"):
-            finish_parent_run(info, LAST_SUMMARY)
         print(where_to_look(sweep_dir, info, LAST_SUMMARY), file=sys.stderr)
         self._open_parent = None
         atexit.unregister(self._abandon)
+        self._close_pool()
 
     def _start_progress(self, name: str, jobs: list, enabled: bool) -> None:
 
@@ -126,17 +137,48 @@ class SweepCallback(Callback):
         """At exit without on_multirun_end (Ctrl-C, an exception): no parent run left RUNNING."""
         if self._progress is not None:
             self._progress.stop()
-        if self._open_parent:
-            close_parent_run(self._open_parent, "KILLED", "the sweep was interrupted before its end")
+        if self._open_parent:  # through the worker: MLflow cannot be imported this late in an exit
+            self._call(close_parent_run, self._open_parent, "KILLED", "the sweep was interrupted before its end")
+        self._close_pool()
+
+    def _close_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
 
-def prestart_worker(config) -> None:
+def prestart_worker(config):
     """Under the process launchers, start their warm worker now: it imports torch, the project and
-    MLflow while this process plans the sweep (sweep/launch/pool.py). It creates no file."""
+    MLflow while this process composes the sweep's jobs (sweep/launch/pool.py). It creates no file.
+    The pool, or None under other launchers."""
     from omegaconf import OmegaConf
 
     if str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(PROCESS_LAUNCHER):
-        pool.prestart(tracking_uri(config))
+        return pool.prestart(tracking_uri(config))
+    pool.discard_prestarted()  # the command line guessed another launcher from the arguments
+    return None
+
+
+def open_sweep(tracking: dict | None, sweep_id: str, name: str, jobs: list | None) -> tuple[dict, list | None]:
+    """The parent run (with `tracking`, the sweep's MLflow settings), then what each planned job will
+    do (sweep_plan.decide_all, one search of the store): (the parent run's fields for sweep.json, jobs)."""
+    parent = start_parent_run(tracking, sweep_id, name) if tracking is not None else {}
+    try:
+        if jobs is not None:
+            sweep_plan.decide_all(jobs)
+    except BaseException:  # the launcher never learns this parent run's id: it is closed here
+        if parent:
+            close_parent_run(parent, "FAILED", "the sweep's plan failed")
+        raise
+    return parent, jobs
+
+
+def close_sweep(sweep_dir: Path, info: dict) -> SweepSummary:
+    """The summary (table, plots, points), logged to the parent run, which is then closed."""
+    summary = summarize(sweep_dir, info)
+    if info.get("parent_run_id"):
+        finish_parent_run(info, summary)
+    return summary
 
 
 def sweep_name(config) -> str:

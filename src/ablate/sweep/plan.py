@@ -10,6 +10,9 @@ A job with a list budget (run/branches.py: a trunk and a cooldown branch per bud
 trunk's steps plus the cooldowns', and is planned from its branches: skipped when all are.
 
 A job's config that does not parse raises ConfigError here, before anything is created.
+Composing and parsing needs Hydra only (`compose`, in the launching process); the checks and hashes
+need torch (`assess`) and the decisions MLflow (`decide_all`): under the process launchers the sweep
+callback has both run in a process forked from the warm worker (sweep/launch/pool.py).
 
 Each job's composed config is kept in this process (`composed`), and the config loader hands it back
 when asked for that job again: Hydra's BasicSweeper composes every job once more to validate it
@@ -74,21 +77,27 @@ def expand(config) -> list[list[str]] | None:
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
-def prepare(config) -> list[PlannedJob] | None:
-    """Compose, parse and hash every job (no MLflow yet). A job that does not parse raises ConfigError,
-    naming the job."""
+def prepare(config, call=None) -> list[PlannedJob] | None:
+    """Compose and parse every job here (Hydra), then check and hash them (`assess`, which needs
+    torch) through `call` (call(fn, *args): the sweep's warm worker runs it; None: this process). A
+    job that does not parse or fails a check raises ConfigError, naming the job."""
+    jobs = compose(config)
+    if jobs is None:
+        return None
+    return call(assess, jobs) if call is not None else assess(jobs)
+
+
+def compose(config) -> list[PlannedJob] | None:
+    """Every job composed as the launcher will compose it, and parsed (PlannedJob.cfg)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import filter_overrides
     from omegaconf import OmegaConf, open_dict, read_write
 
-    from ablate.run.branches import is_family  # torch, like the devices key() resolves
-
     expanded = expand(config)
     if expanded is None:
         return None
     loader = GlobalHydra.instance().config_loader()
-    caches: dict = {}
     jobs = []
     _COMPOSED.clear()
     _MASTER[0] = config
@@ -108,14 +117,6 @@ def prepare(config) -> list[PlannedJob] | None:
                 del task_cfg["hydra"]
             try:
                 job.cfg = parse_run(OmegaConf.to_container(task_cfg, resolve=True))
-                if is_family(job.cfg):
-                    job.config_hash, job.total_steps, job.cost_flops, job.branch_hashes = family_key(job.cfg, caches)
-                else:
-                    job.config_hash, job.total_steps, job.cost_flops = key(job.cfg, caches)
-            except UnsupportedError as exc:
-                if not job.cfg.skip_unsupported:
-                    raise ConfigError(f"sweep job #{num} ({' '.join(job.overrides)}): {exc}") from None
-                job.action, job.reason = "unsupported", str(exc)
             except ConfigError as exc:
                 raise ConfigError(f"sweep job #{num} ({' '.join(job.overrides)}): {exc}") from None
             jobs.append(job)
@@ -124,6 +125,27 @@ def prepare(config) -> list[PlannedJob] | None:
     common = set.intersection(*(set(j.overrides) for j in jobs)) if jobs else set()
     for j in jobs:
         j.label = " ".join(o for o in j.overrides if o not in common) or f"#{j.num}"
+    return jobs
+
+
+def assess(jobs: list[PlannedJob]) -> list[PlannedJob]:
+    """Each job's config hash, steps and FLOPs, from the checks its run will make (key); a job this
+    machine cannot run is `unsupported` where its config allows skipping it."""
+    from ablate.run.branches import is_family  # torch, like the devices key() resolves
+
+    caches: dict = {}
+    for job in jobs:
+        try:
+            if is_family(job.cfg):
+                job.config_hash, job.total_steps, job.cost_flops, job.branch_hashes = family_key(job.cfg, caches)
+            else:
+                job.config_hash, job.total_steps, job.cost_flops = key(job.cfg, caches)
+        except UnsupportedError as exc:
+            if not job.cfg.skip_unsupported:
+                raise ConfigError(f"sweep job #{job.num} ({' '.join(job.overrides)}): {exc}") from None
+            job.action, job.reason = "unsupported", str(exc)
+        except ConfigError as exc:
+            raise ConfigError(f"sweep job #{job.num} ({' '.join(job.overrides)}): {exc}") from None
     return jobs
 
 

@@ -55,7 +55,8 @@ class ProcessLauncher(Launcher):
             fail(str(exc))
         if self.pool is None:
             self.pool = take(tracking_uri(self.config), Path(str(self.config.hydra.sweep.dir)) / WORK_DIR)
-            weakref.finalize(self, self.pool.close)  # at exit at the latest: the worker ends with its launcher
+            if not self.pool.prestarted:  # the sweep callback closes the one it started
+                weakref.finalize(self, self.pool.close)  # at exit at the latest: the worker ends with its launcher
         try:
             return launch(
                 self.hydra_context, self.task_function, self.config, job_overrides, initial_job_idx, settings, self.pool

@@ -5,7 +5,11 @@ batches): it pays for importing torch, Hydra, the project and MLflow once, and f
 job. Where the platform cannot fork (worker.can_fork), each job gets a worker of its own.
 
 The sweep callback starts the worker as soon as the sweep begins (`prestart`), so that its imports
-overlap the sweep's plan in the launching process; the launcher then takes it over (`take`).
+overlap the composition of the sweep's jobs in the launching process; the launcher then takes it
+over (`take`). The callback also hands the worker the sweep's own work that needs torch or MLflow
+(`call`: the plan's checks and decisions, the parent run, the summary), each call in a process
+forked from the worker: the launching process never imports either (about 5 s of CPU on these
+machines, on the cores the jobs need).
 
 The worker is started with OPENBLAS_NUM_THREADS=1, so that numpy starts no thread pool in a process
 that will fork (worker.py says why), and OMP_NUM_THREADS=1, which each job raises to its share.
@@ -25,13 +29,16 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ablate.config import ConfigError
 from ablate.sweep.launch.worker import Lines, can_fork
 
 WORKER_LOG = "worker.log"
-_PRESTARTED: dict[str | None, Pool] = {}  # tracking URI -> a pool whose worker is booting
+# What a worker preloads for a tracking URI (its store's code) depends only on the URI's scheme.
+_PRESTARTED: dict[str | None, Pool] = {}  # preload_key(tracking URI) -> a pool whose worker is booting
 
 
 @dataclass
@@ -49,11 +56,18 @@ class Pool:
     workers: list = field(default_factory=list)  # [_Worker]; one when forking
     spec: bytes | None = None
     running: dict = field(default_factory=dict)  # num -> _Worker
+    ended: list = field(default_factory=list)  # jobs that ended while a call was awaited: wait() reports them
+    calls: int = 0
+    prestarted: bool = False  # started for a sweep (`prestart`): the sweep callback closes it at the sweep's end
 
     def start(self) -> Pool:
         """Start the (forking) worker now, so that it imports while this process does other work."""
         if self.fork and not self.workers:
             self.workers = [_Worker.start(self.mlflow_uri, self.fork)]
+            # Closed at exit at the latest, and after the exit handlers registered from now on (the
+            # sweep callback's, which may still call the worker): weakref.finalize's own exit hook
+            # is registered with its first finalizer, and exit handlers run last-registered first.
+            weakref.finalize(self, self.close)
         return self
 
     def set_work(self, work: Path) -> None:
@@ -87,13 +101,43 @@ class Pool:
         worker.jobs.add(num)
         self.running[num] = worker
 
+    def call(self, fn, *args, **kwargs):
+        """fn(*args, **kwargs) in a process forked from the warm worker, which has torch and MLflow
+        loaded; its exception is raised here. Without a forking worker alive (one that could not
+        start, or has died), in this process."""
+        worker = self.workers[0] if self.fork and self.workers and self.workers[0].alive() else None
+        if worker is None:
+            return fn(*args, **kwargs)
+        import cloudpickle
+
+        self.calls += 1
+        call_id = self.calls
+        payload = base64.b64encode(cloudpickle.dumps((fn, args, kwargs))).decode()
+        worker.send({"cmd": "call", "id": call_id, "pickle": payload})
+        while call_id not in worker.returned:
+            if worker.lines.eof:
+                return fn(*args, **kwargs)  # the worker died before answering: this process does it
+            select.select([worker.lines.fd], [], [])
+            self.ended += worker.read()
+        event = worker.returned.pop(call_id)
+        if "pickle" not in event:
+            how = f"ended with code {event['code']}"
+            raise RuntimeError(f"{fn.__qualname__}: its process forked from the sweep's worker {how}")
+        answer = cloudpickle.loads(base64.b64decode(event["pickle"]))
+        if answer[0] == "ok":
+            return answer[1]
+        _, exc, trace = answer
+        if not isinstance(exc, ConfigError):  # a one-line error stays one line; anything else keeps its traceback
+            exc.add_note(f"in the process forked from the sweep's worker:\n{trace}")
+        raise exc
+
     def wait(self, timeout: float) -> list[Exited]:
         """Jobs that ended within `timeout` seconds (possibly none)."""
+        ended, self.ended = self.ended, []
         if not self.running:
-            return []
+            return ended
         live = {w.lines.fd: w for w in set(self.running.values())}
-        ready, _, _ = select.select(list(live), [], [], timeout)
-        ended = []
+        ready, _, _ = select.select(list(live), [], [], 0.0 if ended else timeout)
         for fd in ready:
             ended += live[fd].read()
         for e in ended:
@@ -127,20 +171,35 @@ class Pool:
         return worker
 
 
-def prestart(mlflow_uri: str | None) -> None:
-    """Start a sweep's worker before the sweep's plan is made (sweep/callback.py): the two overlap."""
-    if can_fork() and mlflow_uri not in _PRESTARTED:
-        _PRESTARTED[mlflow_uri] = Pool(mlflow_uri).start()
+def preload_key(mlflow_uri: str | None) -> str | None:
+    return mlflow_uri.split(":", 1)[0].split("+", 1)[0] if mlflow_uri else None
+
+
+def prestart(mlflow_uri: str | None) -> Pool | None:
+    """Start a sweep's worker before the sweep's plan is made: the command line starts it first
+    thing where its arguments name a process launcher (cli/main.py), the sweep callback otherwise.
+    The pool, to `call` the sweep's own work in (None where the platform cannot fork)."""
+    key = preload_key(mlflow_uri)
+    if can_fork() and key not in _PRESTARTED:
+        _PRESTARTED[key] = Pool(mlflow_uri, prestarted=True).start()
+    return _PRESTARTED.get(key)
 
 
 def take(mlflow_uri: str | None, work: Path) -> Pool:
-    """The pool prestarted for this tracking URI (closing any other), else a new one."""
-    pool = _PRESTARTED.pop(mlflow_uri, None) or Pool(mlflow_uri)
-    for other in _PRESTARTED.values():
-        other.close()
-    _PRESTARTED.clear()
+    """The pool prestarted for this tracking URI's store (closing any other), else a new one, which
+    the caller closes."""
+    pool = _PRESTARTED.pop(preload_key(mlflow_uri), None) or Pool(mlflow_uri)
+    discard_prestarted()
     pool.set_work(work)
     return pool
+
+
+def discard_prestarted() -> None:
+    """Close the workers started for a sweep that no launcher took (another launcher ran it, or the
+    command failed its checks)."""
+    for pool in _PRESTARTED.values():
+        pool.close()
+    _PRESTARTED.clear()
 
 
 class _Worker:
@@ -150,6 +209,7 @@ class _Worker:
         self.jobs: set[int] = set()
         self.ready: dict | None = None
         self.pids: dict[int, int] = {}
+        self.returned: dict[int, dict] = {}  # call id -> its "returned" event
         self.outbox: queue.Queue = queue.Queue()
         self.writer = threading.Thread(target=self._write, name="ablate-worker-pipe", daemon=True)
         self.writer.start()
@@ -199,6 +259,8 @@ class _Worker:
             elif kind == "exited":
                 self.jobs.discard(event["num"])
                 ended.append(Exited(event["num"], event["code"], event["pid"]))
+            elif kind == "returned":
+                self.returned[event["id"]] = event
         if self.lines.eof:  # the worker has ended: a one-job worker's exit status is its job's
             code = self.proc.wait()
             one_job = self.ready is not None and not self.ready["fork"]

@@ -27,13 +27,21 @@ Protocol: JSON lines on stdin (launcher -> worker) and on the inherited pipe tha
                                          config: the job's config as the sweep plan composed it
                                          (cloudpickled); without it the job composes its own
     {"cmd": "signal", "num", "signal"}   a job's process is signalled (SIGTERM, SIGKILL)
+    {"cmd": "call", "id", "pickle": BASE64}
+                                         a function of the sweep (its plan, its MLflow parent run,
+                                         its summary), cloudpickled as (fn, args, kwargs): it runs in
+                                         a process forked for it, so the launcher never imports torch
+                                         or MLflow itself; its output goes to the launcher's stderr
     {"cmd": "exit"} or end of input      the jobs still running are sent SIGTERM; the worker exits
     {"event": "ready", "pid", "threads": [names], "fork": bool}
     {"event": "started", "num", "pid"}
     {"event": "exited", "num", "pid", "code"}   code < 0: killed by signal -code
+    {"event": "returned", "id", "pickle": BASE64}   a call's ("ok", value) or ("error", exception,
+                                         traceback), cloudpickled; "pickle" absent: its process died
 
 A job leaves JOB_DIR/usage.json (CPU seconds, wall seconds, memory, the modules it had to import)
-and its JobReturn as JSON (`result`): the launcher never unpickles anything a job wrote.
+and its JobReturn as JSON (`result`): the launcher never unpickles anything a job wrote. A call's
+answer comes back through a pipe, never through a file.
 """
 
 from __future__ import annotations
@@ -106,7 +114,20 @@ def preload(mlflow_uri: str | None) -> list[str]:
 
     Plugins.instance()
     OverridesParser.create().parse_overrides(["a=1", "b=x,y"])
+    _remember_schema_head()
     return loaded
+
+
+def _remember_schema_head() -> None:
+    """MLflow checks a database store's schema against the newest of its migration scripts, which it
+    finds by parsing all of them each time a process opens a store (about 0.05 s of a one-step
+    job's 0.4 s). They cannot change while the worker lives: its jobs get the answer found here."""
+    utils = sys.modules.get("mlflow.store.db.utils")
+    latest = getattr(utils, "_get_latest_schema_revision", None)
+    if latest is None:  # no database store preloaded, or an MLflow without this helper
+        return
+    head = latest()
+    utils._get_latest_schema_revision = lambda: head
 
 
 def thread_names(pid: int | str = "self") -> list[str]:
@@ -151,6 +172,7 @@ def serve(parent_pid: int, mlflow_uri: str | None, fork: bool) -> None:
     events = os.fdopen(os.dup(1), "w", buffering=1)  # the pipe to the launcher
     os.dup2(2, 1)  # anything printed here goes to the worker's log, not into the protocol
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    launcher_stderr = os.dup(2)  # a call's output goes there, after the worker's own has moved to its log
     started = time.perf_counter()
     loaded = preload(mlflow_uri)
 
@@ -171,11 +193,18 @@ def serve(parent_pid: int, mlflow_uri: str | None, fork: bool) -> None:
     selector = selectors.DefaultSelector()
     selector.register(commands.fd, selectors.EVENT_READ, "commands")
     jobs: dict[int, tuple[int, int]] = {}  # num -> (pid, pidfd)
+    calls: dict[int, _Call] = {}  # answer pipe's fd -> the call
     spec = None
     closing = False
-    while not closing or jobs:
+    while not closing or jobs or calls:
         for key, _ in selector.select():
-            if key.data == "commands":
+            if isinstance(key.data, _Call):
+                answer = key.data.read()
+                if answer is not None:
+                    selector.unregister(key.fd)
+                    del calls[key.fd]
+                    emit(answer)
+            elif key.data == "commands":
                 messages = commands.read()
                 if commands.eof:
                     messages.append({"cmd": "exit"})
@@ -191,16 +220,23 @@ def serve(parent_pid: int, mlflow_uri: str | None, fork: bool) -> None:
                             emit({"event": "started", "num": msg["num"], "pid": os.getpid()})
                             events.close()
                             _job(spec, msg, started, parent_pid)  # never returns
-                        pid = _fork_job(spec, msg, events, selector, jobs)
+                        inherited = [pidfd for _, pidfd in jobs.values()] + list(calls) + [launcher_stderr]
+                        pid = _fork_job(spec, msg, [events, selector], inherited)
                         pidfd = os.pidfd_open(pid)
                         selector.register(pidfd, selectors.EVENT_READ, msg["num"])
                         jobs[msg["num"]] = (pid, pidfd)
                         emit({"event": "started", "num": msg["num"], "pid": pid})
+                    elif cmd == "call" and not closing:
+                        inherited = [pidfd for _, pidfd in jobs.values()] + list(calls)
+                        call = _Call.fork(msg, launcher_stderr, [events, selector], inherited)
+                        selector.register(call.fd, selectors.EVENT_READ, call)
+                        calls[call.fd] = call
                     elif cmd == "signal" and msg.get("num") in jobs:
                         _signal(jobs[msg["num"]][0], int(msg["signal"]))
                     elif cmd == "exit" and not closing:
                         closing = True
-                        for pid, _ in jobs.values():  # the launcher is done or gone: no job outlives it
+                        # the launcher is done or gone: no job or call outlives it
+                        for pid in [pid for pid, _ in jobs.values()] + [c.pid for c in calls.values()]:
                             _signal(pid, signal.SIGTERM)
             else:
                 num = key.data
@@ -209,6 +245,70 @@ def serve(parent_pid: int, mlflow_uri: str | None, fork: bool) -> None:
                 os.close(pidfd)
                 _, status = os.waitpid(pid, 0)
                 emit({"event": "exited", "num": num, "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+class _Call:
+    """A call of the launcher's (a function and its arguments), run in a child forked for it, which
+    writes its answer into a pipe that the worker reads as it comes (an answer larger than the
+    pipe's buffer would otherwise block the child)."""
+
+    def __init__(self, call_id: int, pid: int, fd: int):
+        self.id, self.pid, self.fd, self.answer = call_id, pid, fd, bytearray()
+
+    @classmethod
+    def fork(cls, msg: dict, stderr_fd: int, streams: list, fds: list[int]) -> _Call:
+        read_fd, write_fd = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        worker_pid = os.getpid()
+        pid = os.fork()
+        if pid:
+            os.close(write_fd)
+            return cls(msg["id"], pid, read_fd)
+        os.close(read_fd)
+        _close_inherited(streams, fds)
+        _answer(msg, write_fd, stderr_fd, worker_pid)
+
+    def read(self) -> dict | None:
+        """The `returned` event once the answer is complete (the child has closed its pipe), else None."""
+        chunk = os.read(self.fd, 1 << 20)
+        if chunk:
+            self.answer += chunk
+            return None
+        os.close(self.fd)
+        _, status = os.waitpid(self.pid, 0)
+        event = {"event": "returned", "id": self.id, "code": os.waitstatus_to_exitcode(status)}
+        if self.answer and event["code"] == 0:
+            event["pickle"] = base64.b64encode(bytes(self.answer)).decode()
+        return event
+
+
+def _answer(msg: dict, write_fd: int, stderr_fd: int, worker_pid: int) -> None:
+    """In a call's child: run it, write its answer, exit (never returns)."""
+    import cloudpickle
+
+    code = 1
+    try:
+        os.dup2(stderr_fd, 1)  # what the call prints is the launcher's to show
+        os.dup2(stderr_fd, 2)
+        die_with_parent(worker_pid)
+        try:
+            fn, args, kwargs = _unpickle(base64.b64decode(msg["pickle"]))
+            answer = ("ok", fn(*args, **kwargs))
+        except Exception as exc:
+            answer = ("error", exc, traceback.format_exc())
+        try:
+            payload = cloudpickle.dumps(answer)
+        except Exception as exc:  # an exception (or value) that does not pickle: its text does
+            payload = cloudpickle.dumps(("error", RuntimeError(f"{answer[1]!r} ({exc})"), answer[-1]))
+        with os.fdopen(write_fd, "wb") as pipe:
+            pipe.write(payload)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        flush_std_streams()
+        os._exit(code)
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -224,19 +324,24 @@ def _unpickle(payload: bytes):
     return cloudpickle.loads(payload)
 
 
-def _fork_job(spec: dict, msg: dict, events, selector, jobs: dict) -> int:
+def _fork_job(spec: dict, msg: dict, streams: list, fds: list[int]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     worker_pid = os.getpid()
     pid = os.fork()
     if pid:
         return pid
-    # The child: none of the worker's descriptors (its pipes, the other jobs' pidfds) stay open in it.
-    events.close()
-    selector.close()
-    for _, pidfd in jobs.values():
-        os.close(pidfd)
+    _close_inherited(streams, fds)
     _job(spec, msg, time.perf_counter(), worker_pid)
+
+
+def _close_inherited(streams: list, fds: list[int]) -> None:
+    """In a child: none of the worker's descriptors (its pipes, the other jobs' pidfds, the calls'
+    pipes, the launcher's stderr) stay open in it."""
+    for stream in streams:
+        stream.close()
+    for fd in fds:
+        os.close(fd)
 
 
 def _job(spec: dict, msg: dict, started: float, parent_pid: int) -> None:
