@@ -113,6 +113,18 @@ def test_a_call_runs_in_a_process_forked_from_the_worker_and_raises_here():
     assert pool.call(os.getpid) == os.getpid()
 
 
+def test_a_worker_no_launcher_took_is_killed_at_once_not_waited_for():
+    """A command that fails its checks after the command line started a sweep's worker (bad input)
+    must not wait for the worker to finish importing torch and MLflow before it exits."""
+    from ablate.sweep.launch import pool as pools
+
+    prestarted = pools.prestart(None)
+    proc = prestarted.workers[0].proc
+    pools.discard_prestarted()
+    assert proc.returncode == -signal.SIGKILL and not pools._PRESTARTED
+    assert prestarted.workers == []
+
+
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_the_launching_process_imports_neither_torch_nor_mlflow(tmp_path, run_statuses):

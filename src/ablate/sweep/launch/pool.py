@@ -196,9 +196,10 @@ def take(mlflow_uri: str | None, work: Path) -> Pool:
 
 def discard_prestarted() -> None:
     """Close the workers started for a sweep that no launcher took (another launcher ran it, or the
-    command failed its checks)."""
+    command failed its checks): at once, as they have no job and may still be importing, which a
+    bad command must not wait for."""
     for pool in _PRESTARTED.values():
-        pool.close()
+        pool.close(timeout_s=0.0)
     _PRESTARTED.clear()
 
 
