@@ -8,8 +8,8 @@ The sweep callback starts the worker as soon as the sweep begins (`prestart`), s
 overlap the composition of the sweep's jobs in the launching process; the launcher then takes it
 over (`take`). The callback also hands the worker the sweep's own work that needs torch or MLflow
 (`call`: the plan's checks and decisions, the parent run, the summary), each call in a process
-forked from the worker: the launching process never imports either (about 5 s of CPU on these
-machines, on the cores the jobs need).
+forked from the worker: the launching process never imports either (in an 8-job sweep its CPU fell
+from 14 to 6 s, on the cores the jobs need; docs/benchmarks.md).
 
 The worker is started with OPENBLAS_NUM_THREADS=1, so that numpy starts no thread pool in a process
 that will fork (worker.py says why), and OMP_NUM_THREADS=1, which each job raises to its share.
