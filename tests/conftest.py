@@ -328,6 +328,17 @@ def cli():
 
     server: list[ForkServer] = []
 
+    def warm_server() -> ForkServer:
+        with lock:
+            if not server:
+                server.append(ForkServer())
+        return server[0]
+
+    def command_env(extra: dict | None = None) -> dict:
+        env = {**os.environ, **(extra or {})}
+        env.pop("HYDRA_FULL_ERROR", None)  # its tracebacks would break the one-line errors
+        return env
+
     def run(
         args: list[str],
         cwd: Path,
@@ -341,13 +352,9 @@ def cli():
             process = env is not None or starts_processes(args, command) or ALWAYS_A_PROCESS
         if not process:
             return inprocess.run(argv, cwd)
-        full_env = {**os.environ, **(env or {})}
-        full_env.pop("HYDRA_FULL_ERROR", None)  # its tracebacks would break the one-line errors
+        full_env = command_env(env)
         if not ALWAYS_A_PROCESS:
-            with lock:
-                if not server:
-                    server.append(ForkServer())
-            return server[0].run(argv, Path(cwd).resolve(), full_env, timeout)
+            return warm_server().run(argv, Path(cwd).resolve(), full_env, timeout)
         return subprocess.run(
             [sys.executable, "-m", "ablate", *argv],
             cwd=cwd,
@@ -360,7 +367,7 @@ def cli():
     def start(args: list[str], cwd: Path, stdout: Path | None = None, stderr: Path | None = None):
         """`ablate ARGS` as a process of its own that runs on while the test goes on (a Popen where
         ABLATE_TESTS_CLI=process); its output goes to the files named, else nowhere."""
-        full_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+        full_env = command_env()
         out, err = str(stdout or os.devnull), str(stderr or os.devnull)
         if ALWAYS_A_PROCESS:
             with open(out, "ab") as o, open(err, "ab") as e:
@@ -372,11 +379,9 @@ def cli():
                     env=full_env,
                     start_new_session=True,
                 )
-        with lock:
-            if not server:
-                server.append(ForkServer())
-        state = server[0].start(list(args), Path(cwd).resolve(), full_env, Path(out), Path(err))
-        return Forked(server[0], state, [sys.executable, "-m", "ablate", *args])
+        forks = warm_server()
+        state = forks.start(list(args), Path(cwd).resolve(), full_env, Path(out), Path(err))
+        return Forked(forks, state, [sys.executable, "-m", "ablate", *args])
 
     lock = threading.Lock()
     run.start = start

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     if name == "train" and _one_tracked_run(args):
         agent.prestart()  # MLflow's client imported on another core while this process starts the run
     elif name == "train" and (store := _process_launched_sweep(args)) is not None:
-        _prestart_sweep_worker(store)
+        pool.prestart(store or None)  # the sweep's worker imports torch and MLflow while Hydra starts here
     module = importlib.import_module(module_name)
     if style == "hydra":  # Hydra reads the overrides from sys.argv
         sys.argv = [f"{sys.argv[0]} {name}" if name != DEFAULT else sys.argv[0], *args]
@@ -126,12 +126,6 @@ def _preset_launcher(preset: str) -> str | None:
         if head.strip() == "override /hydra/launcher":
             return value.strip()
     return None
-
-
-def _prestart_sweep_worker(store: str) -> None:
-    """The sweep's warm worker starts importing torch and MLflow now, on another core, while this
-    process imports Hydra and composes the sweep (sweep/launch/pool.py)."""
-    pool.prestart(store or None)
 
 
 def _one_tracked_run(args: list[str]) -> bool:
