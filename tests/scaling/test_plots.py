@@ -67,6 +67,23 @@ def test_the_frontier_band_is_clipped_and_the_caption_says_so(report):
     plt.close(fig)
 
 
+def test_the_saved_figures_keep_their_captions_and_labels_inside_the_canvas(report):
+    """The figures are saved at their own size (no bbox_inches="tight" second layout pass), so the
+    layout itself must keep the caption and every axis label on the canvas."""
+    for draw in (plots._plot_curves, plots._plot_frontier, plots._plot_residuals):
+        fig = draw(report, plt)
+        fig.canvas.draw()
+        canvas = fig.bbox
+        renderer = fig.canvas.get_renderer()
+        texts = list(fig.texts) + [a.xaxis.label for a in fig.axes] + [a.yaxis.label for a in fig.axes]
+        for text in texts:
+            if text.get_text():
+                box = text.get_window_extent(renderer)
+                assert box.x0 >= canvas.x0 - 1 and box.x1 <= canvas.x1 + 1, text.get_text()
+                assert box.y0 >= canvas.y0 - 1 and box.y1 <= canvas.y1 + 1, text.get_text()
+        plt.close(fig)
+
+
 def test_a_band_twenty_decades_wide_is_drawn_within_two_either_side(report):
     """A frontier whose N_opt band spans 20 orders of magnitude (the issue saw one) is drawn within
     BAND_CLIP either side, and the caption counts the values of C it clipped."""

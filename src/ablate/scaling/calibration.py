@@ -164,9 +164,9 @@ def calibrate(
 
 def small_sample_factor(k: int) -> float:
     """t_{0.975, k} / z_{0.975}: a new draw's 95% range when its sd is estimated from k draws (mean 0)."""
-    from scipy.stats import t
+    from scipy.special import stdtrit  # t's inverse CDF, without importing scipy.stats (about 1 s)
 
-    return float(t.ppf(0.975, k) / Z95)
+    return float(stdtrit(k, 0.975) / Z95)
 
 
 def log_interval(

@@ -38,7 +38,8 @@ def render_plots(result: FitReport) -> dict[str, bytes]:
         plots.append(("isoflop.png", _plot_isoflop))
     for name, draw in plots:
         fig = draw(result, plt)
-        rendered[name] = figure_bytes(fig, "png", 120, bbox_inches="tight")
+        # Every figure is laid out by constrained layout; bbox_inches="tight" would draw it twice.
+        rendered[name] = figure_bytes(fig, "png", 120)
         plt.close(fig)
     return rendered
 
@@ -236,7 +237,7 @@ def _plot_frontier(result: FitReport, plt):
         if clipped
         else f"No band needed clipping (at most a factor {BAND_CLIP:g} either side)."
     )
-    fig.text(0.5, -0.02, caption, ha="center", va="top", fontsize=8)
+    fig.supxlabel(caption, fontsize=8)  # constrained layout keeps room for it below the panels
     return fig
 
 
