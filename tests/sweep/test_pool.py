@@ -131,24 +131,31 @@ def test_the_launching_process_imports_neither_torch_nor_mlflow(tmp_path, run_st
     """A tracked sweep under the parallel launcher: its plan, parent run and summary are made in
     processes forked from the warm worker, so the launching process (whose own imports
     `python -X importtime` lists) never imports torch, MLflow or matplotlib, and the store still
-    holds every run FINISHED, with the summary logged to the parent run."""
+    holds every run FINISHED, with the summary logged to the parent run. The same command again
+    skips both runs, which are run in a forked process too: the relaunch imports none of them either."""
     args = [*SWEEP, "train.steps=1", "train.seed=1,2"]
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "ablate", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    imported = {ln.rsplit("|", 1)[1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")}
-    assert "hydra" in imported and "ablate.sweep.callback" in imported  # the listing is this process's
-    assert not imported & {"torch", "mlflow", "matplotlib", "sqlalchemy"}, sorted(imported & {"torch", "mlflow"})
-    assert "| train.seed=2 | finished |" in proc.stderr  # the summary came back and was printed
-    assert sorted(run_statuses(tmp_path / "mlflow.db")) == ["FINISHED"] * 3
+    for launch, planned in ((1, "2 to run, 0 to resume, 0 skipped"), (2, "0 to run, 0 to resume, 2 skipped")):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "ablate", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert planned in proc.stderr, (launch, proc.stderr[-3000:])
+        imported = {ln.rsplit("|", 1)[1].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")}
+        assert "hydra" in imported and "ablate.sweep.callback" in imported  # the listing is this process's
+        unwanted = imported & {"torch", "mlflow", "matplotlib", "sqlalchemy"}
+        assert not unwanted, (launch, sorted(unwanted))
+        assert "| train.seed=2 | " in proc.stderr  # the summary came back and was printed
+    assert "| train.seed=2 | skipped |" in proc.stderr
+    assert sorted(run_statuses(tmp_path / "mlflow.db")) == ["FINISHED"] * 4  # 2 runs, 2 parent runs
     with sqlite3.connect(tmp_path / "mlflow.db") as con:
-        (parent,) = con.execute("SELECT artifact_uri FROM runs WHERE name LIKE 'sweep:%'").fetchone()
-    assert (Path(parent.removeprefix("file://")) / "summary.json").is_file()
+        parents = con.execute("SELECT artifact_uri FROM runs WHERE name LIKE 'sweep:%'").fetchall()
+    assert len(parents) == 2
+    for (parent,) in parents:
+        assert (Path(parent.removeprefix("file://")) / "summary.json").is_file()
 
 
 # -- the warm worker, end to end ------------------------------------------------------------------

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         study = load_study(args.study)
         code = run_study(args.study, study, args.overrides) if args.run else 0
-        if args.run or args.analyze:
+        if (args.run or args.analyze) and study.get("analyses"):
             refresh(args.study, study)  # the sweep's points.csv and summary, which analyses read
             code = code or run_analyses(args.study, study)
         path = refresh(args.study, study)

@@ -1,5 +1,5 @@
-"""One job of a sweep run in this process, as Hydra's BasicLauncher runs each job: used by the process
-launcher for jobs planned as skipped, and by the worker (worker.py) in each job's process."""
+"""Jobs of a sweep run in this process, as Hydra's BasicLauncher runs each job: by the worker
+(worker.py) in each job's process, and in one forked process for the jobs planned as skipped."""
 
 from __future__ import annotations
 
@@ -22,3 +22,14 @@ def run_here(hydra_context, task_function, config, num: int, overrides: list, jo
         job_dir_key="hydra.sweep.dir",
         job_subdir_key="hydra.sweep.subdir",
     )
+
+
+def run_all_here(hydra_context, task_function, config, singletons: dict, planned: list) -> dict:
+    """{num: JobReturn} of each (num, overrides, composed config or None) run here in order, with
+    the launching process's Hydra singletons (HydraConfig, the resolvers' state)."""
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import setup_globals
+
+    Singleton.set_state(singletons)
+    setup_globals()
+    return {num: run_here(hydra_context, task_function, config, num, o, cfg) for num, o, cfg in planned}

@@ -34,7 +34,7 @@ from ablate.files import read_json, write_json
 from ablate.host import available_cores
 from ablate.run import progress
 from ablate.sweep.context import read_sweep_file
-from ablate.sweep.launch.job import run_here
+from ablate.sweep.launch.job import run_all_here
 from ablate.sweep.launch.pool import Exited, Pool, take, wait_all
 from ablate.sweep.launch.returns import from_json
 from ablate.sweep.launch.settings import ProcessSettings
@@ -62,7 +62,7 @@ class Job:
     num: int
     overrides: list
     cost: float = 0.0
-    in_process: bool = False  # planned as skipped: even a forked process would cost more than the job
+    planned_skip: bool = False  # planned as skipped (or unsupported): run with the others so planned, in one call
     job_dir: str | None = None  # from the plan (BasicSweeper's sweeps)
     started: float = 0.0  # time.time() when it was handed to the worker
 
@@ -101,19 +101,22 @@ def launch(
     jobs = [Job(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
     _read_plan(jobs, sweep_dir)
     # Longest first (LPT): with uneven runs the last worker to finish idles least.
-    queue = sorted((j for j in jobs if not j.in_process), key=lambda j: -j.cost)
+    queue = sorted((j for j in jobs if not j.planned_skip), key=lambda j: -j.cost)
+    skips = [j for j in jobs if j.planned_skip]
     res = resources(settings, len(queue), available_cores())
     log.info(f"Launching {len(jobs)} jobs, {res.workers} at a time, {res.threads} thread(s) each (logs in {work})")
-    returns = {j.num: run_in_process(j, hydra_context, task_function, config) for j in jobs if j.in_process}
-    if queue:
-        own = pool is None
-        pool = pool or take(tracking_uri(config), work)
-        try:
+    own = pool is None
+    pool = pool or take(tracking_uri(config), work)
+    returns: dict = {}
+    try:
+        if skips:
+            returns.update(run_skips(skips, pool, hydra_context, task_function, config))
+        if queue:
             pool.set_spec(spec(hydra_context, task_function, config))
             returns.update(run_pool(queue, res, pool, work, settings.stop_timeout_s))
-        finally:
-            if own:
-                pool.close()
+    finally:
+        if own:
+            pool.close()
     return [returns[j.num] for j in jobs]
 
 
@@ -176,20 +179,24 @@ def _read_plan(jobs: list[Job], sweep_dir: Path) -> None:
     plan = {p["num"]: p for p in read_sweep_file(sweep_dir).get("plan", [])}
     for job in jobs:
         planned = plan.get(job.num, {})
-        job.in_process = planned.get("action") in ("skip", "unsupported")
-        job.cost = 0.0 if job.in_process else planned.get("cost_flops") or 0.0
+        job.planned_skip = planned.get("action") in ("skip", "unsupported")
+        job.cost = 0.0 if job.planned_skip else planned.get("cost_flops") or 0.0
         job.job_dir = planned.get("job_dir")
 
 
-def run_in_process(job: Job, hydra_context, task_function, config):
-    """A job planned as skipped runs here, as Hydra's BasicLauncher would run it (it only writes
-    its result.json); should it turn out to need training after all, it trains here."""
+def run_skips(skips: list[Job], pool: Pool, hydra_context, task_function, config) -> dict:
+    """The jobs planned as skipped, one after another in one process forked from the warm worker (a
+    skip only writes its result.json; this process has imported neither torch nor MLflow, which a
+    job needs even to skip); should one turn out to need training after all, it trains there."""
+    from hydra.core.singleton import Singleton
     from hydra.core.utils import configure_log, filter_overrides
 
-    log.info(f"\t#{job.num} : {' '.join(filter_overrides(job.overrides))} (expected to be skipped: in this process)")
+    for job in skips:
+        log.info(f"\t#{job.num} : {' '.join(filter_overrides(job.overrides))} (expected to be skipped)")
+    planned = [(j.num, j.overrides, composed(j.overrides, copied=False)) for j in skips]
     try:
-        return run_here(hydra_context, task_function, config, job.num, job.overrides)
-    finally:
+        return pool.call(run_all_here, hydra_context, task_function, config, Singleton.get_state(), planned)
+    finally:  # where the call ran in this process, Hydra's run_job left the last job's logging
         configure_log(config.hydra.hydra_logging, config.hydra.verbose)
 
 
