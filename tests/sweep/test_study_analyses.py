@@ -13,7 +13,7 @@ import yaml
 from ablate.config import ConfigError
 from ablate.sweep.cost import cost_markdown, cost_table
 from ablate.sweep.study import load_study, refresh, run_analyses
-from ablate.sweep.summary import summarize
+from ablate.sweep.summary import recorded_summary, summarize
 
 SIZES = {"nano": 59_904, "micro": 153_728, "tiny": 451_968}
 TOKENS = (262_144, 524_288, 1_048_576)
@@ -158,3 +158,22 @@ def test_a_study_compares_two_recorded_sweeps_and_shows_it_in_its_readme(tmp_pat
     assert "## CPU time" in readme and "cosine used 1.54 times the CPU time of wsd" in readme
     assert "## WSD against cosine" in readme and "#### Answer" in readme
     assert "](schedules/multiplier.png)" in readme  # links point into the analysis' folder
+
+
+def test_a_study_just_run_reads_its_sweeps_own_summary_back_and_no_other(tmp_path):
+    """Right after `ablate study --run` the README is made from the summary the sweep wrote at its
+    end (same rows, same table); a summary left by another launch of the sweep dir is made again."""
+    study = write_study(tmp_path / "study", [])
+    sweep = cosine_sweep(study / "sweep")
+    (sweep / "sweep.json").write_text(json.dumps({"name": "cosine", "sweep_id": "cosine-2"}))
+    spec = load_study(study)
+    made = summarize(sweep, {"name": "cosine", "sweep_id": "cosine-2"})
+    read = recorded_summary(sweep, "cosine-2")
+    assert read is not None and read.table == made.table and read.rows == json.loads(json.dumps(made.rows))
+    assert read.failed == made.failed == 0 and sweep / "points.csv" in read.files
+    (sweep / "summary.md").write_text(made.table + " (as the sweep wrote it)\n")
+    assert "(as the sweep wrote it)" in refresh(study, spec, just_run=True).read_text()  # read back
+    assert "(as the sweep wrote it)" not in refresh(study, spec).read_text()  # made again from the records
+    assert recorded_summary(sweep, "cosine-3") is None  # another launch's summary
+    (sweep / "summary.md").unlink()
+    assert recorded_summary(sweep, "cosine-2") is None

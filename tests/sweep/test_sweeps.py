@@ -356,8 +356,9 @@ def test_a_bad_job_in_the_grid_stops_the_sweep_before_anything_runs(cli, run_sta
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_a_study_runs_in_parallel_then_relaunches_as_skips(cli, tmp_path):
-    """A recorded study end to end: `ablate.report --run` runs a 2 x 2 grid with the parallel
-    launcher, the summary and README come out, and the same command again runs nothing."""
+    """A recorded study end to end: `ablate study DIR --run` runs a 2 x 2 grid with the parallel
+    launcher, the summary and README come out, and the same command again runs nothing. The README
+    that --run wrote from the sweep's own summary is the one made again from the records alone."""
     study = tmp_path / "grid"
     study.mkdir()
     overrides = [

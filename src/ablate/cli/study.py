@@ -30,9 +30,9 @@ def main(argv: list[str] | None = None) -> None:
         study = load_study(args.study)
         code = run_study(args.study, study, args.overrides) if args.run else 0
         if (args.run or args.analyze) and study.get("analyses"):
-            refresh(args.study, study)  # the sweep's points.csv and summary, which analyses read
+            refresh(args.study, study, just_run=args.run)  # the sweep's points.csv and summary, which analyses read
             code = code or run_analyses(args.study, study)
-        path = refresh(args.study, study)
+        path = refresh(args.study, study, just_run=args.run)
     except ConfigError as exc:
         fail(str(exc))
     print(f"wrote {path}", file=sys.stderr)

@@ -40,7 +40,7 @@ from ablate.config import CONF_DIR, ConfigError
 from ablate.files import write_text
 from ablate.sweep.context import LAUNCHES_FILE, read_sweep_file
 from ablate.sweep.cost import cost_table, export_cost
-from ablate.sweep.summary import summarize
+from ablate.sweep.summary import recorded_summary, summarize
 
 STUDY_FILE = "study.yaml"
 SWEEP_SUBDIR = "sweep"
@@ -151,8 +151,11 @@ def run_study(study_dir: Path, study: dict, extra: list[str]) -> int:
     return subprocess.run([sys.executable, "-m", "ablate", *args], cwd=ROOT).returncode
 
 
-def refresh(study_dir: Path, study: dict) -> Path:
-    """Re-summarize the recorded sweep against the study's own store and rewrite README.md."""
+def refresh(study_dir: Path, study: dict, just_run: bool = False) -> Path:
+    """Re-summarize the recorded sweep against the study's own store and rewrite README.md.
+    just_run: the study's command has just run here, so the summary its sweep wrote at its end is
+    this code's summary of these records and is read back, not made again (the summary imports
+    MLflow, reads every run's curve and draws the plots)."""
     sweep_dir = study_dir / SWEEP_SUBDIR
     info = read_sweep_file(sweep_dir)
     if not info:
@@ -164,11 +167,13 @@ def refresh(study_dir: Path, study: dict) -> Path:
     # the job dirs alone (the training-curve plot needs the store and is kept as last drawn).
     store = study_dir / STORE
     info["tracking_uri"] = f"sqlite:///{store.resolve()}" if store.is_file() else None
-    if info["tracking_uri"] and "experiment" not in info and info.get("experiment_id"):
-        from mlflow.tracking import MlflowClient
+    summary = recorded_summary(sweep_dir, info.get("sweep_id")) if just_run else None
+    if summary is None:
+        if info["tracking_uri"] and "experiment" not in info and info.get("experiment_id"):
+            from mlflow.tracking import MlflowClient
 
-        info["experiment"] = MlflowClient(info["tracking_uri"]).get_experiment(info["experiment_id"]).name
-    summary = summarize(sweep_dir, info)
+            info["experiment"] = MlflowClient(info["tracking_uri"]).get_experiment(info["experiment_id"]).name
+        summary = summarize(sweep_dir, info)
     return write_text(study_dir / "README.md", readme(study_dir, study, summary, launches(sweep_dir), info))
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.config import CONF_DIR
-from ablate.files import save_figure, write_json, write_text
+from ablate.files import read_json, save_figure, write_json, write_text
 from ablate.model.accounting import recorded_mfu
 from ablate.run.result import BRANCHES_DIR
 
@@ -72,6 +72,22 @@ def summarize(sweep_dir: Path, info: dict) -> SweepSummary:
             files.append(plot)
     failed = sum(r["status"] in FAILED_STATUSES for r in rows)
     return SweepSummary(rows=rows, failed=failed, table=table, files=files)
+
+
+def recorded_summary(sweep_dir: Path, sweep_id: str | None) -> SweepSummary | None:
+    """The summary that launch `sweep_id` wrote at its end (summary.json and summary.md), or None
+    where the sweep dir holds none, or another launch's (one stopped before its summary)."""
+    doc = read_json(sweep_dir / "summary.json", None)
+    if sweep_id is None or not isinstance(doc, dict) or doc.get("sweep_id") != sweep_id:
+        return None
+    try:
+        table = (sweep_dir / "summary.md").read_text().removesuffix("\n")
+    except OSError:
+        return None
+    rows = doc.get("runs") or []
+    names = ("summary.json", "summary.md", "points.csv", "loss_vs_flops.png", "final_loss.png", "speed_memory.png")
+    files = [sweep_dir / n for n in names if (sweep_dir / n).is_file()]
+    return SweepSummary(rows=rows, failed=sum(r["status"] in FAILED_STATUSES for r in rows), table=table, files=files)
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
