@@ -1,5 +1,6 @@
 """`ablate ARGS` run inside the test process, as `python -m ablate ARGS` would run it in a new one:
-same entry point (ablate.cli.main:main), same working directory, stdout and stderr captured at the
+same command (ablate.cli.main:main, what the process's entry() runs before it freezes the garbage
+collector for a short exit), same working directory, stdout and stderr captured at the
 file-descriptor level, Python's default warning filters, exit code from SystemExit (an uncaught
 exception prints its traceback and is exit code 1, as in a process). What a run changes in the
 process (cwd, argv, environment, logging handlers, signal handlers, torch threads, random states,

@@ -24,6 +24,22 @@ def test_the_front_door_lists_every_command_with_a_line_each():
         assert f"  {name}" in out and line in out
 
 
+def test_the_process_entry_freezes_the_collector_after_the_command_even_when_it_fails():
+    """entry() (the `ablate` script, `python -m ablate`) runs the command, then freezes what it made
+    so that the interpreter's teardown does not collect it; an error still exits with its code."""
+    probe = "import atexit, gc, sys; atexit.register(lambda: print('frozen', gc.get_freeze_count()))"
+    for args, code in ((["--help"], 0), (["model=doesnotexist"], 2)):
+        argv = ["ablate", *args]
+        done = subprocess.run(
+            [sys.executable, "-c", f"{probe}; sys.argv = {argv!r}; from ablate.cli.main import entry; entry()"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == code, done.stderr[-2000:]
+        assert int(done.stdout.rsplit("frozen ", 1)[1]) > 10_000
+
+
 @pytest.mark.parametrize(
     ("command", "groups", "not_groups", "keys"),
     [

@@ -2,6 +2,7 @@
 process that has imported everything once, each still its own process; results handed back as JSON;
 Ctrl-C that stops a sweep in one line, resumably."""
 
+import gc
 import json
 import operator
 import os
@@ -102,6 +103,8 @@ def test_a_call_runs_in_a_process_forked_from_the_worker_and_raises_here():
         assert pool.call(bytes, 3_000_000) == bytes(3_000_000)
         pid, worker_pid = pool.call(os.getpid), pool.workers[0].proc.pid
         assert pid not in (os.getpid(), worker_pid) and not psutil.pid_exists(pid)
+        # the worker froze what it preloaded: a forked process's collections do not walk torch's objects
+        assert pool.call(gc.get_freeze_count) > 100_000
         with pytest.raises(ConfigError, match=r"^tracking.uri='ftp://x' is not an MLflow store") as err:
             pool.call(check_store, "ftp://x")
         assert not getattr(err.value, "__notes__", None)

@@ -6,6 +6,7 @@ Without a command name the arguments go to `train`, so `ablate +sweep=precision`
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -54,6 +55,18 @@ def usage() -> str:
         "`ablate COMMAND --help` shows a command's own options.",
     ]
     return "\n".join(lines)
+
+
+def entry() -> None:
+    """The process's front door (the `ablate` script, `python -m ablate`): main, then a short exit.
+    What is left after the command is the interpreter's teardown, whose garbage collections walk
+    every object torch and MLflow made (about 1.5 s of a one-step run's 5 s on 2 cores); frozen, the
+    objects are still freed by reference counting, and the collections skip them. Not in main:
+    a process that runs several commands (the tests' warm runner) keeps collecting."""
+    try:
+        main()
+    finally:
+        gc.freeze()
 
 
 def main(argv: list[str] | None = None) -> None:
