@@ -36,9 +36,12 @@ FAILED_STATUSES = ("failed", "killed", "missing")
 @dataclass
 class SweepSummary:
     rows: list
-    failed: int
     table: str
-    files: list = field(default_factory=list)
+    files: list = field(default_factory=list)  # the files this summary wrote
+
+    @property
+    def failed(self) -> int:
+        return sum(r["status"] in FAILED_STATUSES for r in self.rows)
 
 
 def summarize(sweep_dir: Path, info: dict) -> SweepSummary:
@@ -70,13 +73,13 @@ def summarize(sweep_dir: Path, info: dict) -> SweepSummary:
     ):
         if plot:
             files.append(plot)
-    failed = sum(r["status"] in FAILED_STATUSES for r in rows)
-    return SweepSummary(rows=rows, failed=failed, table=table, files=files)
+    return SweepSummary(rows=rows, table=table, files=files)
 
 
 def recorded_summary(sweep_dir: Path, sweep_id: str | None) -> SweepSummary | None:
-    """The summary that launch `sweep_id` wrote at its end (summary.json and summary.md), or None
-    where the sweep dir holds none, or another launch's (one stopped before its summary)."""
+    """The summary that launch `sweep_id` wrote at its end (summary.json and summary.md), read back
+    (it writes no file); None where the sweep dir holds none, or another launch's (one stopped
+    before its summary)."""
     doc = read_json(sweep_dir / "summary.json", None)
     if sweep_id is None or not isinstance(doc, dict) or doc.get("sweep_id") != sweep_id:
         return None
@@ -84,10 +87,7 @@ def recorded_summary(sweep_dir: Path, sweep_id: str | None) -> SweepSummary | No
         table = (sweep_dir / "summary.md").read_text().removesuffix("\n")
     except OSError:
         return None
-    rows = doc.get("runs") or []
-    names = ("summary.json", "summary.md", "points.csv", "loss_vs_flops.png", "final_loss.png", "speed_memory.png")
-    files = [sweep_dir / n for n in names if (sweep_dir / n).is_file()]
-    return SweepSummary(rows=rows, failed=sum(r["status"] in FAILED_STATUSES for r in rows), table=table, files=files)
+    return SweepSummary(rows=doc.get("runs") or [], table=table)
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
