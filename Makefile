@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # load tests off each other); XDIST= runs the suite in one process.
 XDIST ?= -n 2 --dist loadgroup
 
-.PHONY: install lint format demo test test-fast ui bench bench-quick bench-deps slurm-start slurm-stop clean
+.PHONY: install corpus lint format demo test test-fast ui bench bench-quick bench-deps slurm-start slurm-stop clean
 
 install: $(VENV)/.installed
 
@@ -24,6 +24,10 @@ $(VENV)/.installed: pyproject.toml
 	  || { tail -n 30 $(VENV)/install.log; echo "error: the install failed (full log: $(VENV)/install.log)"; exit 1; }
 	@touch $@
 
+# The real-text corpus of data=debian_docs: three Debian documentation packages (docs/data.md).
+corpus:
+	bash scripts/install_corpus.sh
+
 # The precision policies on one small model, two runs at a time; ends with the table, the plots
 # and where to look next. DEMO_ARGS adds overrides (e.g. DEMO_ARGS=train.steps=400).
 DEMO_ARGS ?=
@@ -32,7 +36,7 @@ demo: install
 
 # Starts the services the tests use (a local SLURM cluster), then runs every test, the 25 slowest
 # listed last; a test whose service is missing fails here (ABLATE_REQUIRE_SERVICES=1) instead of skipping.
-test: install lint
+test: install lint corpus
 	bash scripts/install_test_deps.sh
 	bash scripts/slurm_cluster.sh start
 	ABLATE_WRITE_RELIABILITY=1 ABLATE_REQUIRE_SERVICES=1 $(PY) -m pytest $(XDIST) --durations=25 $(PYTEST_ARGS)

@@ -115,6 +115,7 @@ class SyntheticDataConfig:
 @dataclass
 class TextDataConfig:
     kind: Literal["text"] = "text"
+    name: str = "text"  # what runs record as the data's name (a preset's own, e.g. debian_docs)
     # Files or folders; folders are searched with `glob`. "stdlib" means the Python standard
     # library's own source, a real corpus present on every machine that runs this project.
     paths: list = field(default_factory=lambda: ["stdlib"])

@@ -39,7 +39,10 @@ def cached(kind: str, config: dict, generate: Callable[[], Any], modules: tuple,
     except (OSError, ValueError, KeyError):
         pass  # missing, or torn by a crash before the rename (files.py makes that impossible) or foreign
     data = generate()
-    meta = {"name": data.name, "vocab_size": data.vocab_size, "entropy_floor": data.entropy_floor}
+    meta = {
+        field: getattr(data, field)
+        for field in ("name", "vocab_size", "entropy_floor", "bytes_per_token", "fingerprint", "packages")
+    }
     buffer = io.BytesIO()
     np.savez(buffer, train=data.train, val=data.val, meta=np.array(json.dumps(meta)))
     try:

@@ -8,6 +8,8 @@ so their validation text is the same and bits per byte compare them.
 from __future__ import annotations
 
 import hashlib
+import shutil
+import subprocess
 import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,7 +69,8 @@ def corpus_files(paths, glob: str) -> Iterator[Path]:
                 raise ConfigError(f"data.glob={glob!r} is invalid: {exc} (valid: e.g. '**/*.txt')") from None
         else:
             raise ConfigError(
-                f"data.paths has {str(entry)!r}, which does not exist (valid: existing files or folders, or stdlib)"
+                f"data.paths has {str(entry)!r}, which does not exist (valid: existing files or folders, or stdlib; "
+                "data=debian_docs reads Debian packages that `make corpus` installs)"
             )
 
 
@@ -94,3 +97,29 @@ def read_corpus(paths, glob: str, max_bytes: int) -> Corpus:
     if total == 0:
         raise ConfigError(f"data.paths={list(paths)} are empty (valid: files with content)")
     return Corpus(tuple(used), tuple(chunks))
+
+
+def package_versions(files) -> dict[str, str]:
+    """{Debian package: version} of the packages that installed `files` (a corpus such as
+    data=debian_docs is packages' files, so their versions say which text a run read); {} where
+    dpkg is absent or owns none of them."""
+    if shutil.which("dpkg-query") is None:
+        return {}
+    files = [str(f) for f in files]
+    names = set()
+    for i in range(0, len(files), 500):  # one dpkg-query per 500 files: an argv well under ARG_MAX
+        found = _run("dpkg-query", "-S", *files[i : i + 500])
+        names.update(line.split(":", 1)[0] for line in found.splitlines() if ": /" in line)
+    versions = {}
+    for name in sorted(n.strip() for n in names if "," not in n):
+        version = _run("dpkg-query", "-W", "-f", "${Version}", name).strip()
+        if version:
+            versions[name] = version
+    return versions
+
+
+def _run(*argv: str) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""

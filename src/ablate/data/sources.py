@@ -28,6 +28,14 @@ class TokenData:
     vocab_size: int
     entropy_floor: float | None = None
     bytes_per_token: float | None = None
+    # Which tokens these are: a hash of the generator's config, or of the corpus's files (path,
+    # size, mtime, bytes read), and the Debian packages (with versions) the text came from.
+    fingerprint: str | None = None
+    packages: dict | None = None
+
+    def provenance(self) -> dict:
+        """What result.json and MLflow record of the data: kind, name, fingerprint, packages."""
+        return {"name": self.name, "fingerprint": self.fingerprint, "packages": self.packages or {}}
 
 
 def load_data(cfg: DataConfig) -> TokenData:
@@ -35,7 +43,10 @@ def load_data(cfg: DataConfig) -> TokenData:
         from ablate.data import cache, synthetic
 
         modules = (synthetic, sys.modules[__name__])
-        return cache.cached("synthetic", as_dict(cfg), lambda: _synthetic(cfg), modules, TokenData)
+        config = as_dict(cfg)
+        return cache.cached(
+            "synthetic", config, lambda: _synthetic(cfg, cache.key(config, modules)), modules, TokenData
+        )
     if isinstance(cfg, TextDataConfig):
         return _text(cfg)
     if isinstance(cfg, TokenDataConfig):
@@ -72,7 +83,7 @@ MAX_GENERATE_S = 60.0
 SAY_S = 10.0
 
 
-def _synthetic(cfg: SyntheticDataConfig) -> TokenData:
+def _synthetic(cfg: SyntheticDataConfig, fingerprint: str) -> TokenData:
     from ablate.data.synthetic import BYTES_PER_TOKEN, SyntheticLanguage, SyntheticSpec, cost_seconds
 
     spec = SyntheticSpec(
@@ -111,6 +122,7 @@ def _synthetic(cfg: SyntheticDataConfig) -> TokenData:
         vocab_size=lang.vocab_size,
         entropy_floor=lang.entropy_rate,
         bytes_per_token=1.0,  # one character, one byte
+        fingerprint=fingerprint,
     )
 
 
@@ -122,11 +134,12 @@ def _text(cfg: TextDataConfig) -> TokenData:
         return _bpe(cfg, corpus)
     train, val = corpus.split(cfg.val_fraction)
     return TokenData(
-        name="text",
+        name=cfg.name,
         train=np.frombuffer(b"".join(train), dtype=np.uint8),
         val=np.frombuffer(b"".join(val), dtype=np.uint8),
         vocab_size=256,
         bytes_per_token=1.0,
+        fingerprint=corpus.fingerprint(),
     )
 
 
@@ -156,7 +169,7 @@ def _bpe(cfg: TextDataConfig, corpus) -> TokenData:
         if meta is None:
             print(f"data: training a {vocab}-token BPE tokenizer on {corpus.size:,} bytes -> {folder}", file=sys.stderr)
             meta = tokenizer.prepare(corpus, folder, cfg.val_fraction, vocab_size=vocab)
-    return _prepared(folder, meta, "text")
+    return _prepared(folder, meta, cfg.name)
 
 
 def _prepared(folder: Path, meta, name: str) -> TokenData:
@@ -168,6 +181,8 @@ def _prepared(folder: Path, meta, name: str) -> TokenData:
         val=tokenizer.load_tokens(folder, "val", meta),
         vocab_size=meta.vocab_size,
         bytes_per_token=meta.bytes_per_token,
+        fingerprint=meta.fingerprint,
+        packages=meta.packages,
     )
 
 

@@ -17,13 +17,13 @@ import hashlib
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ablate.config import ConfigError
-from ablate.data.corpus import Corpus
+from ablate.data.corpus import Corpus, package_versions
 from ablate.files import replacing, write_json
 
 META = "meta.json"
@@ -45,6 +45,7 @@ class PreparedMeta:
     tokenizer: str  # "bpe trained here" or the file it came from
     sources: list
     fingerprint: str
+    packages: dict = field(default_factory=dict)  # {Debian package: version} the text came from
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -130,6 +131,7 @@ def prepare(
         tokenizer=source,
         sources=[str(f) for f in corpus.files[:20]] + [f"... {len(corpus.files) - 20} more"] * (len(corpus.files) > 20),
         fingerprint=corpus.fingerprint(),
+        packages=package_versions(corpus.files),
     )
     write_json(out_dir / META, meta.to_dict())
     return meta

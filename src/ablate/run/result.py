@@ -48,6 +48,8 @@ class RunResult:
     # Validation loss in bits per byte of text: loss / ln 2 / (bytes per token), a figure that
     # compares runs whatever their tokenizer (None when the data's bytes per token are unknown).
     final_val_bpb: float | None = None
+    # The tokens trained on: {"kind", "name", "fingerprint", "packages"} (data/sources.py).
+    data: dict | None = None
 
     @classmethod
     def from_trainer(cls, t, status: str, reason: str) -> RunResult:
@@ -78,6 +80,7 @@ class RunResult:
             fork_step=t.fork_step,
             memory_bytes=step_memory(cfg, t.device),
             final_val_bpb=bits_per_byte(_finite(t.last_val_loss), t.p.data.bytes_per_token),
+            data={"kind": cfg.data.kind, **t.p.data.provenance()},
         )
 
     @classmethod

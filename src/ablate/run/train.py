@@ -34,6 +34,7 @@ from ablate.run.trainer import Trainer, state_mismatch
 from ablate.run.watchdog import watch
 from ablate.tracking.tags import (
     CONFIG_HASH_TAG,
+    DATA_TAG,
     FORK_TAG,
     KIND_TAG,
     OWNER_TAG,
@@ -137,6 +138,7 @@ def _run(
             tags={
                 CONFIG_HASH_TAG: p.config_hash,
                 SWEEP_TAG: sweep_id or "",
+                DATA_TAG: data_tag(p.data.provenance()),
                 **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {}),
                 **({KIND_TAG: TRUNK_KIND} if family.kind == TRUNK_KIND else {}),
                 **code_version(),
@@ -187,6 +189,11 @@ def _not_trained(p: Prepared, out_dir: Path, decision, run_id: str | None, famil
     result = RunResult.not_trained(p, status, run_id, decision.reason, kind=family.kind, fork_step=family.fork_step)
     write_result(result, out_dir)
     return result
+
+
+def data_tag(provenance: dict) -> str:
+    packages = " ".join(f"{k}={v}" for k, v in sorted(provenance["packages"].items()))
+    return " ".join(x for x in (provenance["name"], provenance["fingerprint"] or "", packages) if x)
 
 
 def _params(p: Prepared) -> dict:

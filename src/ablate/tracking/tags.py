@@ -8,6 +8,7 @@ OWNER_TAG = "ablate.owner"  # the process writing a training run: "HOST PID STAR
 RESUMED_TAG = "ablate.resumed_from_step"  # the checkpoint step a resumed run started from
 KIND_TAG = "ablate.kind"  # runs that are not points of a fit: "sweep", "study", "fit", "trunk"
 TRUNK_KIND = "trunk"  # a constant-rate trunk; its cooldown branches are the points (run/branches.py)
+DATA_TAG = "ablate.data"  # the tokens a run trained on: "NAME FINGERPRINT [PACKAGE=VERSION ...]"
 FORK_TAG = "ablate.fork_step"  # a cooldown branch: the step of its trunk that it started from
 HOST_TAG = "ablate.launcher_host"  # a sweep parent run's launching host and process
 PID_TAG = "ablate.launcher_pid"
