@@ -329,3 +329,20 @@ def explain(exc: Exception, overrides: list[str], config_name: str = "config") -
 def _first_line(exc: Exception) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return "; ".join(lines[:2]) if lines else type(exc).__name__
+
+
+def compose_run(overrides: list[str]):
+    """The RunConfig that `ablate OVERRIDE...` would train (one run: the sweeper is not used),
+    ConfigError in one line otherwise."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import setup_globals
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        cfg = _compose("config", overrides)
+        setup_globals()
+        HydraConfig.instance().set_config(cfg)
+        return parse_run(_resolved_task(cfg))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(explain(exc, overrides)) from None

@@ -25,6 +25,11 @@ COMMANDS = {
     ),
     "backtest": ("ablate.cli.backtest", "how often a fit's 95% interval holds runs past the data it saw", "hydra"),
     "plan": ("ablate.cli.plan", "price a big run: FLOPs, memory, hours, cost, predicted loss, what binds", "hydra"),
+    "predict": (
+        "ablate.cli.predict",
+        "a fit's prediction for a run, written before the run is trained; its outcome after",
+        "argv",
+    ),
     "prepare": (
         "ablate.cli.prepare",
         "tokenize your text: train a byte-level BPE (or bring one), write token files",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ablate.cli.common import fail
 from ablate.config import ConfigError
-from ablate.sweep.study import load_study, refresh, run_analyses, run_study
+from ablate.sweep.study import load_study, refresh, run_analyses, run_study, run_target
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> None:
         if (args.run or args.analyze) and study.get("analyses"):
             refresh(args.study, study, just_run=args.run)  # the sweep's points.csv and summary, which analyses read
             code = code or run_analyses(args.study, study)
+        if args.run and study.get("target") and not code:
+            code = run_target(args.study, study)
         path = refresh(args.study, study, just_run=args.run)
     except ConfigError as exc:
         fail(str(exc))

@@ -132,8 +132,9 @@ def describe(result) -> str:
     if result.status != "finished":
         return f"{result.status} {name}: {result.reason}"
     floor = f" (entropy floor {result.entropy_floor:.3f})" if result.entropy_floor else ""
+    bpb = f" ({result.final_val_bpb:.4f} bits per byte)" if result.final_val_bpb else ""
     return (
-        f"finished {name}: val loss {result.final_val_loss:.4f}{floor}, {result.tokens:,} tokens, "
+        f"finished {name}: val loss {result.final_val_loss:.4f}{floor}{bpb}, {result.tokens:,} tokens, "
         f"{result.flops:.3g} FLOPs, {result.tokens_per_s:,.0f} tokens/s, mlflow run {result.mlflow_run_id}"
     )
 

@@ -22,6 +22,14 @@ An analysis in study.yaml:
       sweeps: {cosine: ../ladder/sweep, wsd: sweep}   # cost: recorded sweeps, side by side
       by: model                    # cost: the swept key to total CPU time by
 Paths are relative to the study folder.
+
+A study may name a target (`target:` in study.yaml) to be predicted before it is trained:
+    target:
+      fit: fit/fit.json            # the fit that predicts it (an analysis' out, above)
+      overrides: [+sweep=NAME, hydra.mode=RUN, model=medium, train.tokens=8388608]
+With --run, once the analyses have run: `ablate predict` writes prediction.json from that fit (once;
+a made prediction is never rewritten), the target trains into target/ (finished: skipped), and its
+outcome is recorded in prediction.json; the README shows predicted against actual.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ STUDY_FILE = "study.yaml"
 SWEEP_SUBDIR = "sweep"
 STORE = "mlflow.db"
 STATE_SUBDIR = ".state"  # checkpoints (not kept in git)
+TARGET_SUBDIR = "target"  # the predicted run's run dir
+PREDICTION_FILE = "prediction.json"
 ANALYSES = {"fit": "fit.md", "compare": "multiplier.md", "cost": "cost.md"}  # kind -> the file the README shows
 ROOT = CONF_DIR.parent  # the study command runs from the checkout's root
 
@@ -53,14 +63,18 @@ ROOT = CONF_DIR.parent  # the study command runs from the checkout's root
 def command(study_dir: Path, overrides: list[str]) -> list[str]:
     """The study's `python -m ablate` arguments: its overrides, then its own sweep dir, MLflow
     store and checkpoints, all inside the study folder (a fresh store must not meet old checkpoints)."""
+    return [*overrides, f"hydra.sweep.dir={_relative(study_dir)}/{SWEEP_SUBDIR}", *_records(study_dir)]
+
+
+def target_command(study_dir: Path, target: dict) -> list[str]:
+    """The target run's `python -m ablate` arguments: one run into the study's target/ folder."""
+    return [*target["overrides"], f"hydra.run.dir={_relative(study_dir)}/{TARGET_SUBDIR}", *_records(study_dir)]
+
+
+def _records(study_dir: Path) -> list[str]:
     rel = _relative(study_dir)
     base = rel if Path(rel).is_absolute() else f"${{hydra:runtime.cwd}}/{rel}"
-    return [
-        *overrides,
-        f"hydra.sweep.dir={rel}/{SWEEP_SUBDIR}",
-        f"tracking.uri=sqlite:///{base}/{STORE}",
-        f"state_dir={base}/{STATE_SUBDIR}",
-    ]
+    return [f"tracking.uri=sqlite:///{base}/{STORE}", f"state_dir={base}/{STATE_SUBDIR}"]
 
 
 def load_study(study_dir: Path) -> dict:
@@ -94,6 +108,14 @@ def load_study(study_dir: Path) -> dict:
             raise ConfigError(f"{where}.out={a.get('out')!r} is invalid (valid: a folder name such as {a['kind']})")
         if a["kind"] == "cost" and not (isinstance(a.get("sweeps"), dict) and a.get("by")):
             raise ConfigError(f"{where}: a cost analysis needs sweeps: {{label: sweep dir}} and by: a swept key")
+    target = study.get("target")
+    if target is not None and not (
+        isinstance(target, dict) and isinstance(target.get("fit"), str) and isinstance(target.get("overrides"), list)
+    ):
+        raise ConfigError(
+            f"{path}: target={target!r} is invalid "
+            "(valid: fit: a fit.json in the study, overrides: [the run's overrides])"
+        )
     return study
 
 
@@ -149,6 +171,53 @@ def run_study(study_dir: Path, study: dict, extra: list[str]) -> int:
     args = command(study_dir, list(study["overrides"]) + extra)
     print("+ python -m ablate " + " ".join(shlex.quote(a) for a in args), file=sys.stderr)
     return subprocess.run([sys.executable, "-m", "ablate", *args], cwd=ROOT).returncode
+
+
+def run_target(study_dir: Path, study: dict) -> int:
+    """Predict the study's target (once), train it, record its outcome; the first non-zero exit code."""
+    target = study["target"]
+    out = study_dir / PREDICTION_FILE
+    args = target_command(study_dir, target)
+    steps = []
+    if not out.is_file():
+        steps.append(["predict", f"fit={study_dir / target['fit']}", f"out={out}", *args])
+    steps.append(args)
+    steps.append(["predict", "--outcome", str(study_dir / TARGET_SUBDIR), f"out={out}"])
+    for step in steps:
+        if step[0] == "predict" and "--outcome" in step and _outcome_recorded(out):
+            continue
+        print("+ python -m ablate " + " ".join(shlex.quote(x) for x in step), file=sys.stderr)
+        code = subprocess.run([sys.executable, "-m", "ablate", *step], cwd=ROOT).returncode
+        if code:
+            return code
+    return 0
+
+
+def _outcome_recorded(path: Path) -> bool:
+    try:
+        return json.loads(path.read_text()).get("actual") is not None
+    except (OSError, ValueError):
+        return False
+
+
+def _target_section(study_dir: Path, study: dict) -> list[str]:
+    """Predicted against actual, from prediction.json (absent until --run has predicted it)."""
+    from ablate.sweep.prediction import read_prediction, render
+
+    path = study_dir / PREDICTION_FILE
+    head = ["## The prediction, made before the target was trained", ""]
+    if not path.is_file():
+        return [*head, f"Not predicted yet: `ablate study {_relative(study_dir)} --run` predicts, then trains it.", ""]
+    doc = read_prediction(path)
+    cmd = "python -m ablate " + " ".join(shlex.quote(a) for a in target_command(study_dir, study["target"]))
+    return [
+        *head,
+        f"`{PREDICTION_FILE}`, written by `ablate predict` from `{study['target']['fit']}`; the target is "
+        f"trained by `{cmd}`.",
+        "",
+        *render(doc),
+        "",
+    ]
 
 
 def refresh(study_dir: Path, study: dict, just_run: bool = False) -> Path:
@@ -232,6 +301,8 @@ def readme(study_dir: Path, study: dict, summary, launch_log: list[dict], info: 
             parts += [f"![{caption}]({SWEEP_SUBDIR}/{name})", ""]
     for a in study.get("analyses") or []:
         parts += _analysis_section(study_dir, a)
+    if study.get("target"):
+        parts += _target_section(study_dir, study)
     parts += [
         "## Data",
         "",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,6 +147,7 @@ def _fill_from_mlflow(rows: list, uri: str | None) -> None:
     for r in skipped:
         m = client.get_run(r["mlflow_run_id"]).data.metrics
         r["final_val_loss"] = m.get("final/val_loss", m.get("val/loss"))
+        r["final_val_bpb"] = m.get("final/val_bpb", m.get("val/bpb"))
         r["final_train_loss"] = m.get("final/train_loss")
         r["tokens_per_s"] = m.get("final/tokens_per_s")
         r["mfu"] = m.get("final/mfu")
@@ -197,6 +199,7 @@ def format_table(rows: list, name: str) -> str:
         "tokens",
         "FLOPs",
         "val loss",
+        *(["val bpb"] if any(r.get("final_val_bpb") for r in rows) else []),
         *([f"Δ vs {base}"] if compare else []),
         "tokens/s",
         *(["speed-up"] if compare else []),
@@ -213,6 +216,8 @@ def format_table(rows: list, name: str) -> str:
             _num(r.get("flops") or None, ".3g"),
             _num(r.get("final_val_loss"), ".4f"),
         ]
+        if "val bpb" in cols:
+            cells.append(_num(r.get("final_val_bpb"), ".4f"))
         if compare:
             cells.append(_num(r.get("val_loss_delta"), "+.4f"))
         cells.append(_num(r.get("tokens_per_s"), ",.0f"))
@@ -342,7 +347,7 @@ def points_csv(rows: list) -> str:
     w.writerow(
         [
             *["params", "tokens", "loss", "flops", "params_non_embedding", "train_s", "entropy_floor", "run_id"],
-            *["label", *keys],
+            *["bpb", "seed", "label", *keys],
         ]
     )
     for r in done:
@@ -356,6 +361,8 @@ def points_csv(rows: list) -> str:
                 r.get("train_s") or "",
                 r.get("entropy_floor") or "",
                 r.get("mlflow_run_id") or "",
+                r.get("final_val_bpb") or "",
+                r["overrides"].get("train.seed", ""),
                 r["label"],
                 *[r["overrides"].get(k, "") for k in keys],
             ]
@@ -444,6 +451,7 @@ def plot_loss_vs_flops(rows: list, curves: dict, path: Path) -> Path | None:
     _floor(ax, rows)
     ax.set_xlabel("training FLOPs")
     ax.set_ylabel("validation loss (nats/token)")
+    _bpb_axis(ax, rows)
     if base is not None:
         _ratio_panel(low, rows, curves, base)
     ax.set_title(
@@ -452,6 +460,21 @@ def plot_loss_vs_flops(rows: list, curves: dict, path: Path) -> Path | None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2 if len(ax.get_legend_handles_labels()[0]) > 8 else 1)
     return _save(fig, plt, path)
+
+
+def _bpb_axis(ax, rows: list) -> None:
+    """A right-hand axis in bits per byte (loss / ln 2 / bytes per token) when every run with a
+    final bpb shares one tokenizer's bytes per token: the scale that compares tokenizers."""
+    ratios = {
+        round(r["final_val_loss"] / r["final_val_bpb"], 9)
+        for r in rows
+        if r.get("final_val_bpb") and r.get("final_val_loss")
+    }
+    if len(ratios) != 1:
+        return
+    nats_per_bit = ratios.pop()  # ln 2 x bytes per token
+    axis = ax.secondary_yaxis("right", functions=(lambda v: v / nats_per_bit, lambda v: v * nats_per_bit))
+    axis.set_ylabel(f"bits per byte ({nats_per_bit / math.log(2):.3g} bytes per token)")
 
 
 def _ratio_baseline(rows: list, curves: dict) -> dict | None:
@@ -545,6 +568,7 @@ def plot_final_loss(rows: list, path: Path) -> Path | None:
         _floor(ax, rows)
         ax.set_xlabel("parameters (total)" if x == "params" else "training tokens")
         ax.set_ylabel("final validation loss (nats/token)")
+        _bpb_axis(ax, rows)
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)

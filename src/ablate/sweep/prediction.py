@@ -1,0 +1,196 @@
+"""A prediction written down before its run is trained, and the run's outcome recorded beside it.
+
+`ablate predict fit=FIT out=FILE OVERRIDE...` resolves the target run exactly as `ablate OVERRIDE...`
+would train it (its parameters as the fit counts them, its tokens, its FLOPs as the runs record
+them, its config hash), asks the fit for the loss there with its 95% interval and verdict, and
+writes FILE (schema ablate.prediction/1). A made prediction is never rewritten: a second
+prediction needs another file. `ablate predict --outcome RUN_DIR out=FILE` then fills `actual`,
+`actual_bpb`, `actual_run_id` and `trained_at` from the finished run's result.json, checked to be
+the predicted run by its config hash, and leaves every predicted field as it was.
+
+This is the check of Bhagia et al. 2024 (the OLMo ladder), Gadre et al. 2024 and Hoffmann et al.
+2022 as a record: the prediction's time, fit (path and sha256) and code version come first, the
+run after, and a miss is kept as it came out.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ablate.config import ConfigError
+from ablate.files import write_json
+from ablate.model import accounting
+from ablate.provenance import code_version
+from ablate.run.result import RunResult, bits_per_byte
+from ablate.scaling.fitfile import load_fit
+from ablate.scaling.predict import predict
+
+if TYPE_CHECKING:
+    from ablate.run.prepare import Prepared
+
+SCHEMA = "ablate.prediction/1"
+OUTCOME_KEYS = ("actual", "actual_bpb", "actual_run_id", "trained_at")
+
+
+def make_prediction(prepared: Prepared, fit_path: Path, overrides: list[str], out: Path) -> dict:
+    """The prediction document for the run `prepared` describes (not yet written)."""
+    fit = load_fit(str(fit_path))
+    cfg = prepared.cfg
+    tokens = prepared.total_steps * cfg.train.batch_size * cfg.model.block_size
+    counts = {
+        "total": accounting.params(cfg.model),
+        "non_embedding": accounting.params_non_embedding(cfg.model),
+    }
+    flops = accounting.training_flops(cfg.model, tokens)
+    N = counts[fit.params]
+    p = predict(fit.predictor, N=N, D=tokens, C=flops)
+    loss = p.loss
+    bpt = prepared.data.bytes_per_token
+    return {
+        "schema": SCHEMA,
+        "target": {
+            "params": N,
+            "params_counted": fit.params,
+            "params_total": counts["total"],
+            "params_non_embedding": counts["non_embedding"],
+            "tokens": tokens,
+            "flops": flops,
+            "tokens_per_param": tokens / N,
+            "overrides": list(overrides),
+            "config_hash": prepared.config_hash,
+        },
+        "predicted": None if loss is None else loss.value,
+        "interval95": None if loss is None or loss.ci95 is None else list(loss.ci95),
+        "predicted_bpb": None if loss is None else bits_per_byte(loss.value, bpt),
+        "verdict": p.verdict.level,
+        "reasons": [r.text for r in p.verdict.reasons],
+        "decades_past_data": p.orders_past_data,
+        "fit": os.path.relpath(Path(fit_path).resolve(), Path(out).resolve().parent),
+        "fit_sha256": hashlib.sha256(Path(fit_path).read_bytes()).hexdigest(),
+        "commit": code_version()["git.commit"],
+        "data": {"kind": cfg.data.kind, "name": prepared.data.name, "fingerprint": prepared.data.fingerprint},
+        "bytes_per_token": bpt,
+        "made_at": now(),
+        **{k: None for k in OUTCOME_KEYS},
+    }
+
+
+def write_prediction(doc: dict, out: Path) -> Path:
+    """Write a new prediction; one already made at `out` is refused, never replaced."""
+    out = Path(out)
+    check_new(out)
+    draft = write_json(out.with_name(f".{out.name}.{os.getpid()}"), doc)
+    try:
+        os.link(draft, out)  # atomic and never replaces: of two writers at once, one wins
+    except FileExistsError:
+        _refuse(out)
+    finally:
+        draft.unlink(missing_ok=True)
+    return out
+
+
+def check_new(out: Path) -> None:
+    """ConfigError when `out` already holds a prediction: checked before any work."""
+    if Path(out).exists():
+        _refuse(Path(out))
+
+
+def _refuse(out: Path):
+    made = read_prediction(out).get("made_at", "?")
+    raise ConfigError(
+        f"out={out} already holds a prediction made at {made} (valid: another out= file; a made "
+        "prediction is never rewritten)"
+    )
+
+
+def read_prediction(path: Path) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(
+            f"{path} cannot be read: {exc.strerror} (valid: a prediction.json of ablate predict)"
+        ) from None
+    except ValueError:
+        raise ConfigError(f"{path} is not JSON (valid: a prediction.json of ablate predict)") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ConfigError(f"{path} is not a prediction (valid: a file with schema {SCHEMA})")
+    return doc
+
+
+def record_outcome(path: Path, result: RunResult) -> dict:
+    """Fill the outcome fields of the prediction at `path` from the target run's result."""
+    doc = read_prediction(path)
+    if result.config_hash != doc["target"]["config_hash"]:
+        raise ConfigError(
+            f"the run's config hash {result.config_hash[:12]} is not the predicted run's "
+            f"{doc['target']['config_hash'][:12]} (valid: the run dir of "
+            f"`ablate {' '.join(doc['target']['overrides'])}`)"
+        )
+    if result.status != "finished" or result.final_val_loss is None:
+        raise ConfigError(f"the target run is {result.status}, with no final loss (valid: a finished run)")
+    if doc.get("actual") is not None:
+        if doc.get("actual_run_id") == result.mlflow_run_id and doc["actual"] == result.final_val_loss:
+            return doc  # already recorded: recording it again changes nothing
+        raise ConfigError(
+            f"{path} already holds an outcome, recorded at {doc.get('trained_at')} (valid: a new prediction)"
+        )
+    doc.update(
+        actual=result.final_val_loss,
+        actual_bpb=result.final_val_bpb,
+        actual_run_id=result.mlflow_run_id,
+        trained_at=now(),
+    )
+    write_json(path, doc)
+    return doc
+
+
+def outcome(doc: dict) -> dict:
+    """inside (the 95% interval), error (actual / predicted - 1) and half_width (of the interval,
+    as a fraction of the prediction); None where not known yet or nothing was predicted."""
+    actual, predicted, band = doc.get("actual"), doc.get("predicted"), doc.get("interval95")
+    known = actual is not None and predicted is not None
+    return {
+        "inside": (band[0] <= actual <= band[1]) if known and band else None,
+        "error": actual / predicted - 1 if known else None,
+        "half_width": (band[1] - band[0]) / 2 / predicted if predicted and band else None,
+    }
+
+
+def render(doc: dict) -> list[str]:
+    """The prediction against the outcome as a short markdown table, for a study's README."""
+    t = doc["target"]
+    o = outcome(doc)
+    band = doc.get("interval95")
+    predicted = "not determined" if doc["predicted"] is None else f"{doc['predicted']:.4f}"
+    interval = f"{band[0]:.4f} to {band[1]:.4f} (±{o['half_width']:.1%})" if band else "-"
+    actual = "not trained yet" if doc.get("actual") is None else f"{doc['actual']:.4f}"
+    bpb = _bpb_pair(doc)
+    error = "-" if o["error"] is None else f"{o['error']:+.2%}"
+    verdict_of = "hit: inside" if o["inside"] else "miss: outside" if o["inside"] is False else "-"
+    return [
+        f"| target | N ({t['params_counted']}) | tokens | FLOPs | predicted | 95% interval | verdict "
+        "| actual | error | inside? | bits per byte (predicted / actual) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| `{' '.join(t['overrides'])}` | {t['params']:,} | {t['tokens']:,} | {t['flops']:.3g} "
+        f"| {predicted} | {interval} | {doc['verdict']} | {actual} "
+        f"| {error} | {verdict_of} | {bpb} |",
+        "",
+        f"Predicted at {doc['made_at']} from `{doc['fit']}` (sha256 {doc['fit_sha256'][:12]}, commit "
+        f"{str(doc['commit'])[:10]}); trained"
+        + (f" at {doc['trained_at']} (MLflow run {doc['actual_run_id']})." if doc.get("trained_at") else ": not yet."),
+    ]
+
+
+def _bpb_pair(doc: dict) -> str:
+    values = [doc.get("predicted_bpb"), doc.get("actual_bpb")]
+    return " / ".join("-" if v is None or not math.isfinite(v) else f"{v:.4f}" for v in values)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
