@@ -1,0 +1,60 @@
+"""A study's target (study.yaml `target`): predicted from the study's fit before it is trained,
+trained into target/, its outcome recorded; a relaunch does none of it again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ablate.config import ConfigError
+from ablate.sweep.study import PREDICTION_FILE, _target_section, load_study, run_target
+from support import SMALL_DATA, TRUE_LAW
+
+TARGET = ["model=nano", "train.steps=6", *SMALL_DATA]
+
+
+def write_points(path: Path) -> None:
+    rng = np.random.default_rng(1)
+    rows = ["params,tokens,loss"]
+    for N in np.geomspace(2e4, 2e5, 5):
+        for D in np.geomspace(5e3, 1e5, 5):
+            law = TRUE_LAW["E"] + TRUE_LAW["A"] / N ** TRUE_LAW["alpha"] + TRUE_LAW["B"] / D ** TRUE_LAW["beta"]
+            rows.append(f"{N:.0f},{D:.0f},{law * np.exp(rng.normal(0, 0.01)):.6f}")
+    path.write_text("\n".join(rows) + "\n")
+
+
+@pytest.fixture
+def study(tmp_path, cli) -> Path:
+    d = tmp_path / "study"
+    d.mkdir()
+    write_points(d / "points.csv")
+    fitted = cli(["points=points.csv", "n_boot=20", "held_out=0", "out=fit"], d, command="fit")
+    assert fitted.returncode == 0, fitted.stdout + fitted.stderr
+    (d / "study.yaml").write_text(
+        json.dumps({"title": "t", "overrides": ["model=nano"], "target": {"fit": "fit/fit.json", "overrides": TARGET}})
+    )
+    return d
+
+
+@pytest.mark.slow
+def test_the_target_is_predicted_then_trained_then_recorded_once(study):
+    spec = load_study(study)
+    assert run_target(study, spec) == 0
+    doc = json.loads((study / PREDICTION_FILE).read_text())
+    result = json.loads((study / "target" / "result.json").read_text())
+    assert doc["target"]["config_hash"] == result["config_hash"]
+    assert doc["actual"] == result["final_val_loss"] and doc["made_at"] <= doc["trained_at"]
+    section = "\n".join(_target_section(study, spec))
+    assert "made before the target was trained" in section and f"{doc['actual']:.4f}" in section
+
+    assert run_target(study, spec) == 0  # relaunched: the prediction stays, the run is skipped
+    assert json.loads((study / PREDICTION_FILE).read_text()) == doc
+
+
+def test_a_target_without_its_fit_or_overrides_is_refused(tmp_path):
+    (tmp_path / "study.yaml").write_text(json.dumps({"overrides": ["model=nano"], "target": {"fit": "f.json"}}))
+    with pytest.raises(ConfigError, match="target=.* is invalid"):
+        load_study(tmp_path)
