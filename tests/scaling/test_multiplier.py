@@ -1,6 +1,8 @@
-"""Compute multipliers between the arms of an ablation (scaling/multiplier.py, multiplier_export.py,
-`ablate compare`): known multipliers recovered from laws fitted on a shared ladder, trends, the
-unmatched case, the export, and the command over a CSV and over an MLflow experiment."""
+"""Compute multipliers between the arms of an ablation (scaling/multiplier.py, multiplier_paired.py,
+multiplier_export.py, `ablate compare`): known multipliers recovered on a shared ladder, run against
+run (paired) and from each arm's law (unpaired), trends, the unmatched case, a small offset that only
+the pairing resolves, the null case's coverage, the one-line-per-arm report, and the command over a
+CSV and over an MLflow experiment."""
 
 from __future__ import annotations
 
@@ -14,14 +16,16 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from ablate.scaling.bootstrap import Estimate
-from ablate.scaling.multiplier import GROWS, HOLDS, SHRINKS, compare_arms, multiplier
+from ablate.scaling.multiplier import GROWS, HOLDS, PAIRED, SHRINKS, UNPAIRED, compare_arms, multiplier
 from ablate.scaling.multiplier_export import (
+    amounts_to,
+    arm_line,
     export_multiplier,
     multiplier_dict,
     multiplier_markdown,
     summary_text,
-    worth,
 )
+from ablate.scaling.multiplier_paired import PairedRuns, fit_paired
 from ablate.scaling.points import FitInputError, Points
 from ablate.scaling.verdict import NOT_DETERMINED, TRUSTED, WIDE
 from ablate.tracking.tags import FIT_VERDICT_TAG
@@ -108,24 +112,24 @@ def test_export_writes_json_markdown_and_plot_without_impossible_numbers(report,
         assert c["target"]["C"] == 1e14 and c["trend"]["direction"] in (GROWS, HOLDS, SHRINKS)
         assert all(s["multiplier"]["value"] > 0 for s in c["scales"])
     md = (tmp_path / "out" / "multiplier.md").read_text()
-    assert "## Answer" in md and "half is worth x0.5" in md and "grows with scale" in md
+    assert "## Answer" in md and "| half | x0.5" in md and "grows with scale" in md
+    assert all(c["method"] == PAIRED and c["line"].startswith(f"{c['arm']} vs fp32: x") for c in doc["comparisons"])
     assert (tmp_path / "out" / "multiplier.png").stat().st_size > 10_000
     assert multiplier_dict(report)["arms"]["half"]["n_runs"] == len(SIZES) * len(TOKENS)
 
 
 @pytest.mark.parametrize(
-    ("ends", "said"),
+    ("estimate", "said"),
     [
-        (((0.5, (0.4, 0.6)), (0.5, (0.45, 0.55))), "a cost"),
-        (((2.0, (1.5, 2.5)), (3.0, (2.0, math.inf))), "a gain"),
-        (((0.98, (0.2, 2.5)), (0.97, (0.3, math.inf))), "neither a cost nor a gain within the 95% intervals"),
-        (((0.9, (0.5, 1.2)), (0.5, (0.4, 0.6))), "a measurable cost only at one end of the range"),
-        (((0.5, (0.4, 0.6)), (2.0, (1.5, 2.5))), "a cost or gain depending on scale"),
-        (((2.0, None), (2.0, None)), "a gain"),
+        ((0.5, (0.4, 0.6)), "a cost of 50%"),
+        ((1.02, (1.01, 1.03)), "a gain of 2%"),
+        ((0.98, (0.2, 2.5)), "no measurable difference"),
+        ((0.997, (0.995, 0.999)), "a cost of 0.3%"),
+        ((2.0, None), "a gain of 1e+02%"),
     ],
 )
-def test_a_cost_or_gain_is_called_only_where_the_interval_excludes_one(ends, said):
-    assert worth(*(Estimate(value, ci) for value, ci in ends)) == said
+def test_a_cost_or_gain_is_called_only_where_the_interval_excludes_one(estimate, said):
+    assert amounts_to(Estimate(*estimate)) == said
 
 
 @pytest.mark.parametrize(
@@ -169,8 +173,9 @@ def test_the_command_over_a_csv(tmp_path, cli):
         ["points=points.csv", "arm=policy", "baseline=fp32", "n_boot=100", "out=out"], tmp_path, command="compare"
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("bf16 vs fp32: bf16 is worth x0.")
-    assert "law of fp32: " in done.stdout and "inside the data: " in done.stdout
+    assert done.stdout.startswith("bf16 vs fp32: x0.")
+    assert "law of fp32: " in done.stdout
+    assert done.stdout.splitlines()[0].endswith("paired: 12 runs of 4 model instances")
     near(tmp_path / "out" / "multiplier.json", 0.7)
     doc = json.loads((tmp_path / "out" / "multiplier.json").read_text())
     assert doc["entropy_floor"] == 0.8 and all(a["law"]["E"]["value"] >= 0.8 for a in doc["arms"].values())
@@ -201,7 +206,7 @@ def test_the_command_over_an_experiment_groups_runs_by_a_config_key(tmp_path, cl
     args = ["experiment=ladder", f"tracking.uri={uri}", "baseline=fp32", "n_boot=100", "out=out", "target=1e13"]
     done = cli(args, tmp_path, command="compare")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("fp16 vs fp32: fp16 is worth x0.")
+    assert done.stdout.startswith("fp16 vs fp32: x0.")
     near(tmp_path / "out" / "multiplier.json", 0.8)
     runs = client.search_runs([exp], filter_string="tags.`ablate.kind` = 'compare'")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
@@ -238,11 +243,10 @@ def test_a_known_multiplier_on_a_wide_ladder_is_recovered_trusted_and_its_far_ex
     assert doc["verdict"] == TRUSTED and doc["arms"]["base"]["verdict"] == TRUSTED
     assert all(s["verdict"] == TRUSTED and s["multiplier"]["value"] > 0 for s in doc["comparisons"][0]["scales"])
     md = multiplier_markdown(report)
-    assert "arms reached): not_determined; verdict: not_determined: 6.2 decades of compute past" in md
+    assert "arms reached): not_determined; not_determined [extrapolation]" in md
+    assert "- `extrapolation` (not_determined), third at 1e+20 FLOPs: 6.2 decades of compute past" in md
     printed = summary_text(report)
-    assert (
-        "inside the data: trusted" in printed and "at 1e+20 FLOPs: not_determined; verdict: not_determined" in printed
-    )
+    assert "; trusted; holds with scale" in printed and "at 1e+20 FLOPs: not_determined; not_determined" in printed
     assert "law of third: trusted" in printed
 
 
@@ -257,10 +261,13 @@ def test_a_short_extrapolation_is_wide_and_inside_the_data_adds_nothing(wide_lad
 
 def test_an_extrapolation_from_a_law_whose_e_is_not_determined_is_not_determined():
     """The small ladder (1.7 decades) leaves E's interval over most of its range: inside the data the
-    multiplier is printed (wide), 0.3 decades past it (under half the span) it is not determined."""
+    multiplier is printed (wide), 0.3 decades past it (under half the span) it is not determined from
+    the two laws (unpaired); paired, it rests on the baseline's E alone."""
     groups = {"fp32": ladder(lambda C: C, seed=1), "half": ladder(lambda C: 0.5 * C, seed=2)}
     C_hi = float(groups["fp32"].C.max())
-    report = compare_arms(groups, "fp32", target_C=C_hi * 10**0.3, n_boot=200)
+    paired = compare_arms(groups, "fp32", target_C=C_hi * 10**0.3, n_boot=200).comparisons[0]
+    report = compare_arms(groups, "fp32", target_C=C_hi * 10**0.3, n_boot=200, paired=False)
+    assert ("law" in paired.target.verdict.codes()) == bool(report.arms["fp32"].e_reasons)
     assert any(arm.e_reasons for arm in report.arms.values())
     (c,) = report.comparisons
     assert all(at.verdict.usable for at in c.scales)
@@ -313,3 +320,84 @@ def test_an_arm_below_the_baselines_e_is_not_determined_and_so_is_the_trend():
     doc = multiplier_dict(report)
     assert doc["comparisons"][0]["trend"]["ratio"] is None and doc["verdict"] == NOT_DETERMINED
     assert "inf" not in json.dumps(doc).lower().replace("interval", "").replace("infinite", "")
+
+
+def paired_ladder(offset: float, shared: float = 0.01, paired: float = 0.0005, seed: int = 0) -> dict[str, Points]:
+    """Two arms on one ladder and one seed: each run's loss is the law's times a noise that both arms'
+    runs of a cell share (`shared`, as a seed's initialisation and data order do), the arm's times
+    exp(offset), and each run's own noise (sd paired / sqrt 2, so that a pair's difference has sd
+    `paired`)."""
+    rng = np.random.default_rng(seed)
+    base = ladder(lambda C: C, noise=0.0)
+    common = rng.normal(0, shared, len(base))
+    own = rng.normal(0, paired / math.sqrt(2), (2, len(base)))
+    L = base.L * np.exp(common)
+    return {
+        "base": Points(base.N, base.D, L * np.exp(own[0]), base.C),
+        "arm": Points(base.N, base.D, L * np.exp(offset + own[1]), base.C),
+    }
+
+
+def test_a_small_offset_resolves_run_against_run_and_not_from_the_laws():
+    """0.3% more loss, 0.05% paired noise, 1% noise each run shares with its pair: the paired interval
+    excludes x1 (a cost), the laws' alone (paired=False) cover it."""
+    groups = paired_ladder(0.003)
+    paired = compare_arms(groups, "base", n_boot=200).comparisons[0]
+    assert paired.method == PAIRED and paired.paired.n_units == len(SIZES)
+    lo, hi = paired.headline.multiplier.ci95
+    assert hi < 1 and lo > 0.8, (lo, hi)
+    # the truth: the baseline's compute at 1.003 times its loss, over the compute, at the cells' centre
+    C_c = paired.headline.C
+    truth = multiplier([C_c], np.array([E + 0.003 * baseline_loss(C_c), A, ALPHA]), np.array([E, A, ALPHA]))[0]
+    assert lo < truth < hi
+    assert arm_line(paired).startswith("arm vs base: x0.9") and "a cost of" in arm_line(paired)
+    unpaired = compare_arms(groups, "base", n_boot=200, paired=False).comparisons[0]
+    assert unpaired.method == UNPAIRED and unpaired.why_unpaired == "paired=false"
+    lo_u, hi_u = unpaired.headline.multiplier.ci95
+    assert lo_u < 1 < hi_u
+    assert "unpaired: each arm's law (paired=false)" in arm_line(unpaired)
+
+
+def test_with_no_offset_the_paired_interval_covers_one_at_least_nine_times_in_ten():
+    """The null case over 300 draws: 4 instances x 3 budgets, each pair's log-loss difference N(0,
+    0.0005), converted with the true law: the headline's interval covers x1, the trend's covers 0."""
+    rng = np.random.default_rng(7)
+    p = ladder(lambda C: C, noise=0.0)
+    unit = np.repeat(np.arange(len(SIZES)), len(TOKENS))
+    theta = np.array([E, A, ALPHA])
+    covered_m, covered_k = 0, 0
+    draws = 300
+    for _ in range(draws):
+        fit = fit_paired(PairedRuns(p.C, rng.normal(0, 0.0005, len(p)), unit), theta, np.empty((0, 3)))
+        lo, hi = fit.headline().ci95
+        covered_m += lo <= 1 <= hi
+        k_lo, k_hi = fit.exponent().ci95
+        covered_k += k_lo <= 0 <= k_hi
+    assert covered_m / draws >= 0.9 and covered_k / draws >= 0.9, (covered_m, covered_k)
+    assert covered_m / draws <= 0.99  # and the interval is not so wide that it always covers
+
+
+def test_runs_with_different_seeds_are_not_paired_and_say_so():
+    groups = paired_ladder(0.003)
+    keys = {
+        "base": [(n, d, None, "0") for n, d in zip(groups["base"].N, groups["base"].D, strict=True)],
+        "arm": [(n, d, None, "1") for n, d in zip(groups["arm"].N, groups["arm"].D, strict=True)],
+    }
+    (c,) = compare_arms(groups, "base", n_boot=100, keys=keys).comparisons
+    assert c.method == UNPAIRED and c.why_unpaired.startswith("0 runs shared run against run")
+    assert multiplier_dict(compare_arms(groups, "base", n_boot=100, keys=keys))["comparisons"][0]["method"] == UNPAIRED
+
+
+def test_the_report_is_one_line_per_arm_then_each_reason_once(report):
+    md = multiplier_markdown(report)
+    answer = md.split("## Answer")[1].split("## Method")[0]
+    rows = [line for line in answer.splitlines() if line.startswith("| ") and not line.startswith("| arm ")]
+    assert [r.split(" | ")[0] for r in rows] == ["| half", "| grows"]
+    assert "grows with scale" in rows[1] and "holds with scale" in rows[0]
+    reasons = md.split("## Reasons")[1].split("## Laws")[0].strip().splitlines()
+    assert reasons and all(r.startswith("- `") for r in reasons)
+    assert len({r.split(": ", 1)[1] for r in reasons}) == len(reasons)  # no reason's text twice
+    printed = summary_text(report).splitlines()
+    assert [line.split(" vs ")[0] for line in printed if " vs fp32: " in line] == ["half", "grows"]
+    line = arm_line(report.comparisons[0])
+    assert line.count(";") == 3 and "(x" in line and "paired: 12 runs of 4 model instances" in line

@@ -8,7 +8,11 @@ Groups an experiment's finished runs by the value of a config key (`arm`: any ke
 e.g. precision, model.attention, model.mup, optim.lr; a config group stands for its name), fits each
 arm's law L(C) on the shared ladder, and reports the compute multiplier of every arm against the
 baseline at each scale, its trend and its value at the target, each with its verdict (trusted, wide or
-not_determined, and why; a not_determined multiplier is printed as the word, not a number). E is
+not_determined, and why; a not_determined multiplier is printed as the word, not a number). Arms
+that share runs (the same params, tokens, data config and seed: for an experiment, its runs'
+train.seed and data.* params; for a CSV, its seed or train.seed column and every other column that
+is not a point's, such as a sweep's other swept keys) are compared run against run (paired); the
+others by their laws alone (unpaired); each arm's line says which. E is
 fitted above the data's entropy floor: entropy_floor=, else the points' own (the CSV's entropy_floor
 column, the experiment's runs). Writes DIR/multiplier.json,
 multiplier.md and multiplier.png (default DIR: exports/NAME-ARM/) and, with experiment=NAME, logs them
@@ -89,12 +93,13 @@ def arms_from_experiment(cfg: CompareConfig):
             f"(valid: a key whose value differs between them: {', '.join(varying) or 'none differs'})"
         )
     values = [p[key] for p in rows]
+    pairing = [_pairing({k: v for k, v in p.items() if k.startswith("data.")}, p.get("train.seed")) for p in rows]
     source = (
         f"experiment {found.experiment} ({cfg.tracking.uri}): {len(values)} FINISHED training runs; "
         f"skipped {fit_runs.describe_skipped(found.skipped) or 'none'}"
     )
     floor = cfg.entropy_floor if cfg.entropy_floor is not None else found.entropy_floor
-    return _group(found.points, values, cfg), key, floor, found.experiment_id, source
+    return _group(found.points, values, pairing, cfg), key, floor, found.experiment_id, source
 
 
 def arms_from_csv(cfg: CompareConfig):
@@ -107,13 +112,37 @@ def arms_from_csv(cfg: CompareConfig):
             raise FitInputError(
                 f"{cfg.points}: no column {cfg.arm!r} (valid: arm=<a column>: {', '.join(reader.fieldnames or [])})"
             )
-        values = [row[cfg.arm] for row in reader]
+        rows = list(reader)
+    values = [row[cfg.arm] for row in rows]
+    pairing = [_csv_pairing(row, cfg.arm) for row in rows]
     floor = cfg.entropy_floor if cfg.entropy_floor is not None else points.entropy_floor
-    return _group(points, values, cfg), cfg.arm, floor, None, f"points: {cfg.points}"
+    return _group(points, values, pairing, cfg), cfg.arm, floor, None, f"points: {cfg.points}"
 
 
-def _group(points, values: list[str], cfg: CompareConfig) -> dict:
+SEED_COLUMNS = ("seed", "train.seed")
+BUDGET_COLUMNS = ("train.tokens", "train.steps", "train.flops")  # the budget: the tokens column measures it
+
+
+def _csv_pairing(row: dict, arm: str) -> tuple:
+    """A CSV row's (config, seed) beyond its params and tokens: its seed column, and every column that
+    is not a point's (a sweep's other swept keys, its data config), the arm's, the label and the budget
+    aside."""
+    from ablate.scaling.points import CSV_OPTIONAL, CSV_REQUIRED
+
+    skip = {*CSV_REQUIRED, *CSV_OPTIONAL, "label", arm, *SEED_COLUMNS, *BUDGET_COLUMNS}
+    seed = next((row[c] for c in SEED_COLUMNS if row.get(c)), None)
+    return _pairing({k: v for k, v in row.items() if k not in skip}, seed)
+
+
+def _pairing(config: dict, seed) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in config.items())), None if seed in (None, "") else str(seed)
+
+
+def _group(points, values: list[str], pairing: list[tuple], cfg: CompareConfig) -> tuple[dict, dict]:
+    """({arm: its points}, {arm: its runs' pairing keys (multiplier_paired.run_keys)})."""
     import numpy as np
+
+    from ablate.scaling.multiplier_paired import run_keys
 
     order = list(dict.fromkeys(values))
     wanted = cfg.arms or order
@@ -122,7 +151,12 @@ def _group(points, values: list[str], cfg: CompareConfig) -> dict:
         raise ConfigError(f"{cfg.arm}={missing[0]} has no finished runs (valid: {', '.join(order)})")
     arr = np.asarray(values, dtype=object)
     names = [cfg.baseline, *[a for a in wanted if a != cfg.baseline]]
-    return {a: points.subset(np.flatnonzero(arr == a)) for a in names}
+    groups, keys = {}, {}
+    for a in names:
+        idx = np.flatnonzero(arr == a)
+        groups[a] = points.subset(idx)
+        keys[a] = run_keys(groups[a], [pairing[i][0] for i in idx], [pairing[i][1] for i in idx])
+    return groups, keys
 
 
 def task(cfg) -> dict:
@@ -135,10 +169,11 @@ def task(cfg) -> dict:
     try:
         cc = parse_compare(OmegaConf.to_container(cfg, resolve=True))
         read = arms_from_experiment if cc.experiment else arms_from_csv
-        groups, key, floor, experiment_id, source = read(cc)
+        (groups, keys), key, floor, experiment_id, source = read(cc)
         report = compare_arms(
             groups,
             cc.baseline,
+            keys=keys,
             key=key,
             target_C=cc.target,
             n_boot=cc.n_boot,

@@ -12,24 +12,37 @@ arm is worth m times its compute), m < 1 a cost. Where L_a(C) <= E_b no baseline
 arm: m is infinite. This is the "compute-equivalent gain" by which algorithmic progress is measured
 (Ho et al. 2024, "Algorithmic progress in language models"; Hernandez & Brown 2020).
 
-Uncertainty: each arm's bootstrap (its own resamples, an arm-specific seed), paired sample by sample;
-95% percentile intervals of m at each scale, of the trend and at the target. The trend is the exponent
-k of m ~ C^k between the smallest and largest compute both arms reached: it grows (the interval of k
-above 0), shrinks (below 0) or holds (the interval covers 0); it is not determined where the
-multiplier at either end is not. Verdicts (trusted / wide /
+Two methods, one per comparison, the report saying which:
+
+    paired      where the arm and the baseline share at least 3 cells run against run (the same N,
+                D, data config and seed: multiplier_paired.py): each pair's log-loss offset,
+                converted to compute through the baseline's law, log m(C) = mu + k log(C / C_c)
+                fitted over the cells, a two-stage bootstrap of cells and seeds; the arm's own
+                law is reported but not used
+    unpaired    otherwise (different ladders, seeds or data): each arm's bootstrap (its own
+                resamples, an arm-specific seed), paired sample by sample, through m(C) above
+
+Each gives 95% intervals of m at each scale, at the centre of the compute range (the headline: the
+cells' geometric mean, paired; the geometric midpoint of the range, unpaired), of the trend and at
+the target. The trend is the exponent k of m ~ C^k between the smallest and largest compute both
+arms reached: it grows (the interval of k above 0), shrinks (below 0) or holds (the interval covers
+0); it is not determined where the multiplier at either end is not. Verdicts (trusted / wide /
 not_determined, verdict.py, with the checks of checks.py and their Thresholds) are given to
 
     each arm's law      law_verdict, as for `ablate fit`'s L(C) (design, flat loss, bounds, residuals)
-    each multiplier     the worse of the two laws' verdicts; its interval's width (hi / lo over
-                        multiplier_factor_wide: wide; over multiplier_factor_nd: not determined); an
-                        arm below the baseline's fitted E (no compute matches it): not determined
+    each multiplier     its interval's width (hi / lo over multiplier_factor_wide: wide; over
+                        multiplier_factor_nd: not determined); unpaired, the worse of the two laws'
+                        verdicts and an arm below the baseline's fitted E (no compute matches it):
+                        not determined; paired, a baseline law that is not determined makes it wide
+                        (its size rests on the law's slope, its side on the pairs alone), a wide one
+                        adds nothing (the slope's uncertainty is in the bootstrap)
     the target          as a multiplier, and how far past the arms' common compute it lies (any
                         distance: wide, the interval being the bootstrap's alone; past
                         multiplier_reach_share of the span the arms were measured over: not
-                        determined), and a law whose E the data do not determine: not determined,
-                        for the extrapolation rests on where each law levels off
-    the report          the worst of the laws and of the multipliers inside the data (the MLflow tag
-                        ablate.fit_verdict, like approach 3's for a fit)
+                        determined), and a law it rests on whose E the data do not determine: not
+                        determined, for the extrapolation rests on where the law levels off
+    the report          the worst of the multipliers inside the data, each with the laws it rests on
+                        (the MLflow tag ablate.fit_verdict, like approach 3's for a fit)
 
 A not_determined multiplier has no number in any output, only the word and its reasons. E is fitted
 above the data's entropy floor when it is known (single.py), so no arm's E lies below it.
@@ -52,11 +65,13 @@ from ablate.scaling.checks import (
     run_noise,
     single_facts,
 )
+from ablate.scaling.multiplier_paired import MIN_UNITS, PairedFit, fit_paired, pair_runs, run_keys
 from ablate.scaling.points import FitInputError, Points
 from ablate.scaling.single import SingleLawFit, fit_single_law
-from ablate.scaling.verdict import NOT_DETERMINED, Reason, Verdict
+from ablate.scaling.verdict import NOT_DETERMINED, WIDE, Reason, Verdict
 
 GROWS, HOLDS, SHRINKS = "grows", "holds", "shrinks"
+PAIRED, UNPAIRED = "paired", "unpaired"
 SCALES_PER_DECADE = 2  # the table's compute scales: 10^(k/2) inside the range both arms reached
 
 
@@ -124,7 +139,11 @@ class Comparison:
     curve: np.ndarray  # (g,) m(C)
     curve_lo: np.ndarray  # (g,)
     curve_hi: np.ndarray  # (g,)
-    n_pairs: int  # bootstrap samples paired between the two laws
+    n_pairs: int  # bootstrap samples behind each interval
+    headline: AtScale  # at the centre of the compute range (the cells' geometric mean, paired)
+    method: str = UNPAIRED  # PAIRED or UNPAIRED
+    paired: PairedFit | None = None  # the run-against-run fit, when paired
+    why_unpaired: str = ""  # what kept the arms from being compared run against run
 
 
 @dataclass(frozen=True)
@@ -140,10 +159,9 @@ class MultiplierReport:
 
     @property
     def verdict(self) -> Verdict:
-        """The worst of the arms' laws and of every multiplier inside the data (not the target's)."""
-        return Verdict.worst(
-            *(a.verdict for a in self.arms.values()), *(s.verdict for c in self.comparisons for s in c.scales)
-        )
+        """The worst of every multiplier inside the data (not the target's), each carrying the laws it
+        rests on."""
+        return Verdict.worst(*(s.verdict for c in self.comparisons for s in c.scales))
 
 
 def fit_arms(
@@ -183,10 +201,14 @@ def compare_arms(
     shared: bool = True,
     noise: float | None = None,
     thresholds: Thresholds | None = None,
+    keys: dict[str, list[tuple]] | None = None,
+    paired: bool = True,
 ) -> MultiplierReport:
     """Every arm of `groups` ({value: its points}) against `baseline`, one of them. With `shared`, each
     arm keeps only the (N, D) cells every arm has: laws fitted on different ladders compare ladders.
-    `entropy_floor`: the data's floor (None: each arm's points' own, when they give one)."""
+    `entropy_floor`: the data's floor (None: each arm's points' own, when they give one). `keys`: each
+    arm's runs' pairing keys (multiplier_paired.run_keys; None: (N, D) alone, as for runs of one sweep
+    that record no seed); with `paired`, arms that share cells run against run are compared so."""
     if baseline not in groups:
         raise FitInputError(f"baseline={baseline} is not an arm (valid: {', '.join(groups)})")
     if len(groups) < 2:
@@ -194,7 +216,11 @@ def compare_arms(
     if target_C is not None and not (math.isfinite(target_C) and target_C > 0):
         raise FitInputError(f"target={target_C} is not a compute (valid: FLOPs > 0, e.g. 1e18)")
     ordered = {baseline: groups[baseline], **{k: v for k, v in groups.items() if k != baseline}}
-    ordered, dropped = shared_cells(ordered) if shared else (ordered, {k: 0 for k in ordered})
+    keys = {k: (keys or {}).get(k) or run_keys(p) for k, p in ordered.items()}
+    kept = _shared_index(ordered) if shared else {k: np.arange(len(p)) for k, p in ordered.items()}
+    dropped = {k: len(p) - len(kept[k]) for k, p in ordered.items()}
+    ordered = {k: p.subset(kept[k]) for k, p in ordered.items()}
+    keys = {k: [keys[k][i] for i in kept[k]] for k in ordered}
     if entropy_floor is None:
         floors = {p.entropy_floor for p in ordered.values()} - {None}
         if len(floors) > 1:
@@ -206,27 +232,35 @@ def compare_arms(
     th = thresholds or Thresholds()
     arms = fit_arms(ordered, n_boot=n_boot, seed=seed, entropy_floor=entropy_floor, noise=noise, thresholds=th)
     base = arms[baseline]
-    comparisons = tuple(_compare(arms[name], base, target_C, th) for name in arms if name != baseline)
-    return MultiplierReport(key, baseline, arms, comparisons, target_C, entropy_floor, dropped, th)
+    comparisons = []
+    for name in (n for n in arms if n != baseline):
+        fit, why = None, "paired=false"
+        if paired:
+            fit, why = _paired_fit(arms[name], keys[name], base, keys[baseline])
+        comparisons.append(
+            _compare_paired(arms[name], base, fit, target_C, th)
+            if fit is not None
+            else replace(_compare(arms[name], base, target_C, th), why_unpaired=why)
+        )
+    return MultiplierReport(key, baseline, arms, tuple(comparisons), target_C, entropy_floor, dropped, th)
 
 
 def shared_cells(groups: dict[str, Points]) -> tuple[dict[str, Points], dict[str, int]]:
     """Each arm restricted to the (N, D) cells that every arm has (N and D to 6 significant digits)."""
+    kept = _shared_index(groups)
+    return {k: p.subset(kept[k]) for k, p in groups.items()}, {k: len(p) - len(kept[k]) for k, p in groups.items()}
 
-    def cells(p: Points) -> list[tuple[float, float]]:
-        return [(float(f"{n:.6g}"), float(f"{d:.6g}")) for n, d in zip(p.N, p.D, strict=True)]
 
-    common = set.intersection(*(set(cells(p)) for p in groups.values()))
+def _shared_index(groups: dict[str, Points]) -> dict[str, np.ndarray]:
+    """Each arm's runs in the (N, D) cells that every arm has."""
+    cells = {k: [key[:2] for key in run_keys(p)] for k, p in groups.items()}
+    common = set.intersection(*(set(c) for c in cells.values()))
     if not common:
         raise FitInputError(
             f"the arms share no (params, tokens) cell ({', '.join(groups)}): train them on a shared ladder, "
             "or compare them anyway with shared=false"
         )
-    kept, dropped = {}, {}
-    for name, p in groups.items():
-        idx = [i for i, c in enumerate(cells(p)) if c in common]
-        kept[name], dropped[name] = p.subset(idx), len(p) - len(idx)
-    return kept, dropped
+    return {k: np.array([i for i, c in enumerate(cs) if c in common], int) for k, cs in cells.items()}
 
 
 def multiplier(C, arm: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -243,7 +277,7 @@ def multiplier(C, arm: np.ndarray, base: np.ndarray) -> np.ndarray:
     return m[0] if np.ndim(arm) == 1 and np.ndim(base) == 1 else m
 
 
-def _compare(arm: Arm, base: Arm, target_C: float | None, th: Thresholds) -> Comparison:
+def _common_range(arm: Arm, base: Arm) -> tuple[float, float]:
     lo_a, hi_a = arm.C_range
     lo_b, hi_b = base.C_range
     C_lo, C_hi = max(lo_a, lo_b), min(hi_a, hi_b)
@@ -252,6 +286,12 @@ def _compare(arm: Arm, base: Arm, target_C: float | None, th: Thresholds) -> Com
             f"arms {arm.name} and {base.name} reached no common compute ({lo_a:.3g}-{hi_a:.3g} and "
             f"{lo_b:.3g}-{hi_b:.3g} FLOPs): train them on a shared ladder"
         )
+    return C_lo, C_hi
+
+
+def _compare(arm: Arm, base: Arm, target_C: float | None, th: Thresholds) -> Comparison:
+    """Unpaired: each arm's own law, their bootstrap samples paired index by index."""
+    C_lo, C_hi = _common_range(arm, base)
     theta_a, theta_b = _theta(arm.law), _theta(base.law)
     samples_a, samples_b = _samples(arm.law), _samples(base.law)
     n = min(len(samples_a), len(samples_b))
@@ -269,9 +309,29 @@ def _compare(arm: Arm, base: Arm, target_C: float | None, th: Thresholds) -> Com
     else:
         k_s = np.empty(0)
     exponent = _estimate(k_value, k_s)
+    trend = _trend(exponent, C_lo, C_hi, at)
+    target = None
+    if target_C:
+        target = _at(target_C, arm, base, theta_a, theta_b, samples_a, samples_b)
+        target = _checked(target, laws, th, _past(target_C, C_lo, C_hi, (arm, base), th))
+    mid = math.sqrt(C_lo * C_hi)
+    headline = _checked(_at(mid, arm, base, theta_a, theta_b, samples_a, samples_b), laws, th)
+    top = max(C_hi, target_C or C_hi)
+    grid = np.geomspace(C_lo, top, 60)
+    curve = multiplier(grid, theta_a, theta_b)
+    if n:
+        band = _percentiles(multiplier(grid, samples_a, samples_b))
+    else:
+        band = (np.full_like(grid, np.nan), np.full_like(grid, np.nan))
+    return Comparison(arm.name, base.name, at, trend, target, grid, curve, band[0], band[1], n, headline)
+
+
+def _trend(exponent: Estimate, C_lo: float, C_hi: float, at: tuple[AtScale, ...]) -> Trend:
+    """m ~ C^k from C_lo to C_hi: grows, holds or shrinks by k's interval; the worse verdict of its ends."""
+    span = math.log(C_hi / C_lo)
     ratio = Estimate(
-        float(np.exp(k_value * np.log(C_hi / C_lo))),
-        None if exponent.ci95 is None else tuple(float(np.exp(k * np.log(C_hi / C_lo))) for k in exponent.ci95),
+        float(math.exp(exponent.value * span)),
+        None if exponent.ci95 is None else tuple(float(math.exp(k * span)) for k in exponent.ci95),
     )
     direction = HOLDS
     if exponent.ci95 is not None and exponent.ci95[0] > 0:
@@ -281,24 +341,85 @@ def _compare(arm: Arm, base: Arm, target_C: float | None, th: Thresholds) -> Com
     ends_verdict = Verdict.worst(at[0].verdict, at[-1].verdict)
     if not ends_verdict.usable:
         direction = NOT_DETERMINED
-    trend = Trend(exponent, ratio, C_lo, C_hi, direction, ends_verdict)
+    return Trend(exponent, ratio, C_lo, C_hi, direction, ends_verdict)
+
+
+def _past(target_C: float, C_lo: float, C_hi: float, laws: tuple[Arm, ...], th: Thresholds) -> list[Reason]:
+    """The target's distance past [C_lo, C_hi]; past it, each law's undetermined E (the extrapolation
+    rests on where the law levels off)."""
+    span = math.log10(C_hi / C_lo)
+    decades = math.log10(target_C / C_hi) if target_C > C_hi else max(0.0, math.log10(C_lo / target_C))
+    past = multiplier_extrapolation_reasons(decades, span, th)
+    if past:
+        past += [Reason("law", NOT_DETERMINED, f"{a.name}'s {r.text}") for a in laws for r in a.e_reasons]
+    return past
+
+
+def _paired_fit(arm: Arm, arm_keys: list[tuple], base: Arm, base_keys: list[tuple]) -> tuple[PairedFit | None, str]:
+    """The run-against-run fit, or None and why the arms cannot be compared so."""
+    runs = pair_runs(arm.points, arm_keys, base.points, base_keys)
+    if runs.n_units < MIN_UNITS or len(np.unique(runs.C)) < 2:
+        return None, (
+            f"{len(runs)} runs shared run against run (same params, tokens, data and seed) from "
+            f"{runs.n_units} model instances (needs {MIN_UNITS}, at 2 computes or more)"
+        )
+    fit = fit_paired(runs, _theta(base.law), _samples(base.law))
+    if fit is None:
+        return None, f"at a shared cell {arm.name}'s loss, carried to {base.name}'s law, lies below its E"
+    return fit, ""
+
+
+def _compare_paired(arm: Arm, base: Arm, fit: PairedFit, target_C: float | None, th: Thresholds) -> Comparison:
+    """Paired: the cells' log-multipliers (multiplier_paired.py), the baseline's law for the slope."""
+    C_lo, C_hi = float(fit.runs.C.min()), float(fit.runs.C.max())
+    law = []
+    if not base.verdict.usable:
+        law = [
+            Reason(
+                "law",
+                WIDE,
+                f"{base.name}'s law L(C) is not_determined: the multiplier's size rests on its slope "
+                "(its side, on the pairs alone)",
+            )
+        ]
+    at = tuple(_paired_at(C, fit, base, th, law) for C in _scales(C_lo, C_hi))
+    trend = _trend(fit.exponent(), C_lo, C_hi, at)
     target = None
     if target_C:
-        target = _at(target_C, arm, base, theta_a, theta_b, samples_a, samples_b)
-        span = math.log10(C_hi / C_lo)
-        decades = math.log10(target_C / C_hi) if target_C > C_hi else max(0.0, math.log10(C_lo / target_C))
-        past = multiplier_extrapolation_reasons(decades, span, th)
-        if past:  # an extrapolation rests on where each law levels off: on E
-            past += [Reason("law", NOT_DETERMINED, f"{a.name}'s {r.text}") for a in (arm, base) for r in a.e_reasons]
-        target = _checked(target, laws, th, past)
-    top = max(C_hi, target_C or C_hi)
-    grid = np.geomspace(C_lo, top, 60)
-    curve = multiplier(grid, theta_a, theta_b)
-    if n:
-        band = _percentiles(multiplier(grid, samples_a, samples_b))
-    else:
-        band = (np.full_like(grid, np.nan), np.full_like(grid, np.nan))
-    return Comparison(arm.name, base.name, at, trend, target, grid, curve, band[0], band[1], n)
+        target = _paired_at(target_C, fit, base, th, law + _past(target_C, C_lo, C_hi, (base,), th))
+    grid = np.geomspace(C_lo, max(C_hi, target_C or C_hi), 60)
+    lo, hi = fit.band(grid)
+    headline = _paired_headline(fit, base, th, law)
+    return Comparison(
+        arm.name,
+        base.name,
+        at,
+        trend,
+        target,
+        grid,
+        fit.value(grid),
+        lo,
+        hi,
+        len(_samples(base.law)),
+        headline,
+        PAIRED,
+        fit,
+    )
+
+
+def _paired_headline(fit: PairedFit, base: Arm, th: Thresholds, extra: list[Reason]) -> AtScale:
+    """The pairs' mean multiplier, at their geometric-mean compute."""
+    return _paired_at(fit.C_c, fit, base, th, extra, fit.headline())
+
+
+def _paired_at(
+    C: float, fit: PairedFit, base: Arm, th: Thresholds, extra: list[Reason], m: Estimate | None = None
+) -> AtScale:
+    """m(C) from the paired fit (or `m`); the arm's loss shown is the one it implies, L_b(m C)."""
+    m = m or fit.at(C)
+    own = list(extra) + interval_reasons("the multiplier", m, th.multiplier_factor_wide, th.multiplier_factor_nd)
+    base_loss = float(base.law.law.loss(C))
+    return AtScale(float(C), m, float(base.law.law.loss(m.value * C)), base_loss, Verdict.of(own))
 
 
 def _at(C, arm, base, theta_a, theta_b, samples_a, samples_b) -> AtScale:

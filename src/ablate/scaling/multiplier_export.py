@@ -1,9 +1,12 @@
 """Write a MultiplierReport (multiplier.py) like a fit: multiplier.json, multiplier.md and multiplier.png.
 
-Every multiplier carries its verdict (multiplier.py); one that is not_determined is written as the
-word and its reasons, its value and interval null in JSON, never as a number. An infinite end of an
-interval (samples where the arm reaches a loss no baseline compute reaches, below the baseline's
-fitted E) is null in JSON and "no compute" in Markdown.
+The report leads with one line per arm (arm_line: its multiplier at the centre of the compute range,
+95% interval, what that amounts to, verdict, trend with scale, and the method: paired or unpaired),
+then the reasons as a short list with their codes, each once, then the details (laws, the multiplier
+at each scale, the target). Every multiplier carries its verdict (multiplier.py); one that is
+not_determined is written as the word and its codes, its value and interval null in JSON, never as
+a number. An infinite end of an interval (samples where the arm reaches a loss no baseline compute
+reaches, below the baseline's fitted E) is null in JSON and "no compute" in Markdown.
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ from ablate.scaling.bootstrap import Estimate
 from ablate.scaling.multiplier import AtScale, Comparison, MultiplierReport
 from ablate.scaling.verdict import Verdict
 
-SCHEMA = "ablate.multiplier/1"
+SCHEMA = "ablate.multiplier/2"
 FORMULA = "m(C) = C_b(L_a(C)) / C, L(C) = E + A / C^alpha over each arm's compute envelope"
+PAIRED_FORMULA = (
+    "log m_i = log C_b(L_b(C_i) e^{d_i}) - log C_i ~ d_i / s_b(C_i), d_i = log L_a,i - log L_b,i, "
+    "s_b = d log L_b / d log C = -alpha_b (L_b - E_b) / L_b"
+)
 
 
 def export_multiplier(report: MultiplierReport, out_dir: str | Path) -> list[Path]:
@@ -73,7 +80,25 @@ def _comparison(c: Comparison) -> dict:
             "sentence": t.sentence(),
         },
         "target": None if c.target is None else _at(c.target),
+        "headline": _at(c.headline),
+        "method": c.method,
+        "why_unpaired": c.why_unpaired or None,
+        "paired": None if c.paired is None else _paired(c),
         "bootstrap_pairs": c.n_pairs,
+        "line": arm_line(c),
+    }
+
+
+def _paired(c: Comparison) -> dict:
+    f = c.paired
+    return {
+        "formula": PAIRED_FORMULA,
+        "runs": len(f.runs),
+        "instances": f.n_units,
+        "offset_log_loss": _estimate(f.offset),
+        "law_sd_log_m": {"mean": _num(f.law_sd[0]), "k": _num(f.law_sd[1])},
+        "instance_scatter_log_m": _num(f.scatter),
+        "C_centre": f.C_c,
     }
 
 
@@ -109,14 +134,22 @@ def multiplier_dict(report: MultiplierReport) -> dict:
 
 
 def _m(e: Estimate) -> str:
-    """A multiplier with its interval: x0.97 (x0.91 to x1.03)."""
+    """A multiplier with its interval: x0.97 (x0.91 to x1.03), with as many digits as tell its ends apart."""
+    digits = _digits(e)
 
     def one(x: float) -> str:
-        return f"x{x:.3g}" if math.isfinite(x) else "no compute"
+        return f"x{x:.{digits}f}" if math.isfinite(x) else "no compute"
 
     if e.ci95 is None:
         return one(e.value)
     return f"{one(e.value)} ({one(e.ci95[0])} to {one(e.ci95[1])})"
+
+
+def _digits(e: Estimate) -> int:
+    """Decimals for a multiplier: 3, or more (up to 6) where its interval is narrower than 0.01."""
+    finite = [x for x in (e.ci95 or ()) if math.isfinite(x)]
+    width = max(finite) - min(finite) if len(finite) == 2 else 0.0
+    return 3 if width <= 0 or width >= 0.01 else min(6, 2 + math.ceil(-math.log10(width)))
 
 
 def _ci(e: Estimate) -> str:
@@ -130,34 +163,13 @@ def shown(a: AtScale) -> str:
     return _m(a.shown) + (" (wide)" if not a.verdict.trusted else "")
 
 
-def answer(c: Comparison) -> str:
-    """One sentence: what the arm costs or saves in baseline compute, and how that changes with scale.
-    A cost or a gain is only called one where the 95% interval excludes x1; a not_determined
-    multiplier is not counted."""
-    first, last = c.scales[0], c.scales[-1]
-    known = [a.shown for a in (first, last) if a.shown is not None]
-    said = worth(*known) if known else "not determined at either end"
-    return (
-        f"{c.arm} is worth {shown(first)} of {c.baseline}'s compute at {first.C:.2g} FLOPs and "
-        f"{shown(last)} at {last.C:.2g} FLOPs ({said}); the multiplier {c.trend.sentence()}."
-    )
-
-
-def worth(*estimates: Estimate) -> str:
-    """What the multipliers at the ends of the range say together: a gain or a cost where every
-    interval lies on one side of x1; nothing measurable where every interval covers it."""
-    sides = {side(e) for e in estimates}
-    if sides == {"gain"}:
-        return "a gain"
-    if sides == {"cost"}:
-        return "a cost"
-    if sides == {None}:
-        return "neither a cost nor a gain within the 95% intervals"
-    return (
-        "a cost or gain depending on scale"
-        if {"gain", "cost"} <= sides
-        else "a measurable " + ("gain" if "gain" in sides else "cost") + " only at one end of the range"
-    )
+def amounts_to(e: Estimate) -> str:
+    """What a multiplier says: a cost or a gain of so much where its interval excludes x1, else no
+    measurable difference."""
+    said = side(e)
+    if said is None:
+        return "no measurable difference"
+    return f"a {said} of {100 * abs(e.value - 1):.2g}%"
 
 
 def side(e: Estimate) -> str | None:
@@ -166,21 +178,89 @@ def side(e: Estimate) -> str | None:
     return "gain" if lo > 1 else "cost" if hi < 1 else None
 
 
+def _verdict_codes(v: Verdict) -> str:
+    """A verdict as its level and codes: `wide [law, interval_width]`."""
+    codes = list(dict.fromkeys(v.codes()))
+    return v.level + (f" [{', '.join(codes)}]" if codes else "")
+
+
+def _trend_words(c: Comparison) -> str:
+    t = c.trend
+    if not t.verdict.usable:
+        return "not determined with scale"
+    k = t.exponent
+    ci = "" if k.ci95 is None else f", {k.ci95[0]:+.3f} to {k.ci95[1]:+.3f}"
+    return f"{t.direction} with scale (m ~ C^{k.value:+.3f}{ci})"
+
+
+def _method_words(c: Comparison) -> str:
+    if c.paired is not None:
+        return f"paired: {len(c.paired.runs)} runs of {c.paired.n_units} model instances"
+    return f"unpaired: each arm's law ({c.why_unpaired})" if c.why_unpaired else "unpaired: each arm's law"
+
+
+def _in_data(c: Comparison) -> Verdict:
+    return Verdict.worst(c.headline.verdict, *(a.verdict for a in c.scales))
+
+
+def arm_line(c: Comparison) -> str:
+    """One line: multiplier at the centre of the range, 95% interval, what it amounts to, verdict
+    (level and codes), trend with scale, method."""
+    h = c.headline
+    verdict = _verdict_codes(_in_data(c))
+    if h.shown is None:
+        value = f"not_determined at {h.C:.2g} FLOPs"
+    else:
+        e = h.shown
+        value = f"{_m(e)} at {h.C:.2g} FLOPs: {amounts_to(e)}"
+    return f"{c.arm} vs {c.baseline}: {value}; {verdict}; {_trend_words(c)}; {_method_words(c)}"
+
+
+def _reasons(report: MultiplierReport) -> list[str]:
+    """Every reason once, with its code and where it applies (the comparisons inside the data and at
+    the target, the laws): one line per distinct reason, naming every place it holds."""
+    places: dict[tuple[str, str, str], list[str]] = {}
+
+    def add(where: str, v: Verdict) -> None:
+        for r in v.reasons:
+            spots = places.setdefault((r.code, r.level, r.text), [])
+            if where not in spots:
+                spots.append(where)
+
+    for c in report.comparisons:
+        add(f"{c.arm} inside the data", _in_data(c))
+        if c.target is not None:
+            add(f"{c.arm} at {c.target.C:.3g} FLOPs", c.target.verdict)
+    for name, arm in report.arms.items():
+        add(f"law of {name}", arm.verdict)
+    return [f"- `{code}` ({level}), {', '.join(spots)}: {text}" for (code, level, text), spots in places.items()]
+
+
 def multiplier_markdown(report: MultiplierReport) -> str:
+    paired = [c for c in report.comparisons if c.paired is not None]
     lines = [
         f"# Compute multipliers of `{report.key}` against {report.baseline}",
         "",
-        f"Each arm's law L(C) = E + A / C^alpha over its compute envelope; the multiplier {FORMULA.split(',')[0]}: "
-        "the compute the baseline needs to reach the arm's loss, over the arm's compute (> 1: a gain, < 1: a "
-        "cost). 95% intervals from each arm's bootstrap, paired.",
+        f"The multiplier {FORMULA.split(',')[0]}: the compute the baseline needs to reach the arm's loss, over "
+        "the arm's compute (> 1: a gain, < 1: a cost), at the centre of the compute range the arms share.",
         "",
         "## Answer",
         "",
-        *[f"- {answer(c)}" for c in report.comparisons],
+        "| arm | multiplier | 95% interval | verdict | trend with scale | method |",
+        "|---|---|---|---|---|---|",
+        *[_answer_row(c) for c in report.comparisons],
         "",
-        f"Verdict (the laws and every multiplier inside the data): {report.verdict.line('overall')}",
+        f"Overall (every multiplier inside the data): {_verdict_codes(report.verdict)}.",
         "",
         *_dropped_line(report),
+        "## Method",
+        "",
+        *_method_lines(report, paired),
+        "",
+        "## Reasons",
+        "",
+        *(_reasons(report) or ["None: every multiplier and law is trusted."]),
+        "",
         "## Laws",
         "",
         *(
@@ -196,33 +276,78 @@ def multiplier_markdown(report: MultiplierReport) -> str:
         lo, hi = arm.C_range
         lines.append(
             f"| {name} | {len(arm.points)} | {len(arm.law.x)} | {lo:.3g} to {hi:.3g} | {_ci(p['E'])} | "
-            f"{_ci(p['A'])} | {_ci(p['alpha'])} | {arm.law.diagnostics.rms_residual:.3g} | {_cell(arm.verdict)} |"
+            f"{_ci(p['A'])} | {_ci(p['alpha'])} | {arm.law.diagnostics.rms_residual:.3g} | "
+            f"{_verdict_codes(arm.verdict)} |"
         )
     for c in report.comparisons:
-        lines += [
-            "",
-            f"## {c.arm} against {c.baseline}",
-            "",
-            "| compute (FLOPs) | multiplier | arm loss | baseline loss | verdict |",
-        ]
-        lines.append("|---|---|---|---|---|")
-        for a in c.scales:
-            lines.append(f"| {a.C:.3g} | {shown(a)} | {a.arm_loss:.4f} | {a.baseline_loss:.4f} | {_cell(a.verdict)} |")
-        lines += ["", f"Trend: the multiplier {c.trend.sentence()}."]
-        if c.target is not None:
-            decades = math.log10(c.target.C / c.trend.C_hi)
-            lines += [
-                "",
-                f"At the target, {c.target.C:.3g} FLOPs ({decades:.2g} decades past the largest compute both "
-                f"arms reached): {shown(c.target)}; {c.target.verdict.line('verdict')}.",
-            ]
+        lines += _comparison_lines(c)
     lines += ["", "![Compute multiplier against compute](multiplier.png)", ""]
     return "\n".join(lines)
 
 
-def _cell(v) -> str:
-    """A verdict in a table cell: the level, then its reasons."""
-    return v.level + (f": {v.because()}" if v.reasons else "")
+def _answer_row(c: Comparison) -> str:
+    h = c.headline
+    if h.shown is None:
+        value, ci = f"not_determined (at {h.C:.2g} FLOPs)", ""
+    else:
+        e = h.shown
+        value = f"{_m(Estimate(e.value, e.ci95)).split(' (')[0]} at {h.C:.2g} FLOPs: {amounts_to(e)}"
+        ci = "" if e.ci95 is None else _m(e).split(" (")[1].rstrip(")")
+    return f"| {c.arm} | {value} | {ci} | {_verdict_codes(_in_data(c))} | {_trend_words(c)} | {_method_words(c)} |"
+
+
+def _method_lines(report: MultiplierReport, paired: list[Comparison]) -> list[str]:
+    lines = []
+    if paired:
+        lines.append(
+            f"Paired ({', '.join(c.arm for c in paired)}): run against run on the runs both arms share (same "
+            f"params, tokens, data and seed): {PAIRED_FORMULA}, with {report.baseline}'s law; the mean over model "
+            "instances (one size, data and seed: its budgets share its initialisation) with Student's t "
+            "interval, the law's own uncertainty added in quadrature (scaling/multiplier_paired.py)."
+        )
+    unpaired = [c for c in report.comparisons if c.paired is None]
+    if unpaired:
+        lines.append(
+            f"Unpaired ({', '.join(c.arm for c in unpaired)}): each arm's law L(C) = E + A / C^alpha over its "
+            "compute envelope, the 95% intervals from the two laws' bootstrap samples paired index by index."
+        )
+    return lines
+
+
+def _comparison_lines(c: Comparison) -> list[str]:
+    lines = [
+        "",
+        f"## {c.arm} against {c.baseline}",
+        "",
+        f"{arm_line(c)}.",
+        "",
+    ]
+    if c.paired is not None:
+        f = c.paired
+        lines += [
+            f"Log-loss offset {f.offset.value:+.2g} (95% {f.offset.ci95[0]:+.2g} to {f.offset.ci95[1]:+.2g}) over "
+            f"{f.n_units} instances; their mean log multiplier scatters by {f.scatter:.2g} about the trend, "
+            f"{c.baseline}'s law adds {f.law_sd[0]:.2g} (sd of the mean log multiplier over its bootstrap).",
+            "",
+        ]
+    lines += ["| compute (FLOPs) | multiplier | arm loss | baseline loss | verdict |", "|---|---|---|---|---|"]
+    for a in c.scales:
+        lines.append(
+            f"| {a.C:.3g} | {shown(a)} | {a.arm_loss:.4f} | {a.baseline_loss:.4f} | {_verdict_codes(a.verdict)} |"
+        )
+    lines += ["", f"Trend: the multiplier {c.trend.sentence()}."]
+    if c.target is not None:
+        decades = math.log10(c.target.C / c.trend.C_hi)
+        lines += [
+            "",
+            f"At the target, {c.target.C:.3g} FLOPs ({decades:.2g} decades past the largest compute both "
+            f"arms reached): {shown(c.target)}; {_verdict_codes(c.target.verdict)}.",
+        ]
+    return lines
+
+
+def _ci(e: Estimate) -> str:
+    return f"{e.value:.4g}" + ("" if e.ci95 is None else f" ({e.ci95[0]:.3g} to {e.ci95[1]:.3g})")
 
 
 def _dropped_line(report: MultiplierReport) -> list[str]:
@@ -234,15 +359,13 @@ def _dropped_line(report: MultiplierReport) -> list[str]:
 
 
 def summary_text(report: MultiplierReport) -> str:
-    """The console: one line per arm against the baseline, with its verdicts (the worst inside the data,
-    the target's), then one line per arm's law."""
+    """The console: one line per arm (arm_line), its target's verdict, then each law's verdict."""
     lines = []
     for c in report.comparisons:
-        lines.append(f"{c.arm} vs {c.baseline}: {answer(c)}")
-        lines.append("  " + Verdict.worst(*(a.verdict for a in c.scales)).line("inside the data", limit=2))
+        lines.append(arm_line(c))
         if c.target is not None:
-            lines.append(f"  at {c.target.C:.3g} FLOPs: {shown(c.target)}; {c.target.verdict.line('verdict', limit=2)}")
-    lines += [arm.verdict.line(f"law of {name}", limit=2) for name, arm in report.arms.items()]
+            lines.append(f"  at {c.target.C:.3g} FLOPs: {shown(c.target)}; {_verdict_codes(c.target.verdict)}")
+    lines += [f"law of {name}: {_verdict_codes(arm.verdict)}" for name, arm in report.arms.items()]
     return "\n".join(lines)
 
 
