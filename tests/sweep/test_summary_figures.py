@@ -91,3 +91,24 @@ def test_a_recorded_mfu_above_100_percent_is_never_shown(tmp_path):
     assert [r["mfu"] for r in json.loads((tmp_path / "summary.json").read_text())["runs"]] == [0.2, None, None]
     assert "20.00%" in done.table and "127" not in done.table and "126" not in done.table
     assert "MFU not shown for model=micro train.seed=1, model=micro train.seed=2" in done.table
+
+
+def test_without_the_store_a_skipped_run_keeps_the_figures_its_summary_recorded(tmp_path):
+    """A fresh clone has no MLflow store: re-summarizing a relaunched sweep (every run skipped as
+    finished) must not empty the rows that summary.json recorded while the store was there."""
+    import json as _json
+
+    import yaml as _yaml
+
+    from ablate.sweep.summary import summarize
+
+    job = tmp_path / "0"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text(_yaml.safe_dump(["model=nano"]))
+    skipped = {"status": "skipped", "reason": "finished", "kind": "run", "mlflow_run_id": "r1", "params": 59904}
+    (job / "result.json").write_text(_json.dumps(skipped))
+    recorded = {**skipped, "label": "0", "job": "0", "final_val_loss": 2.5, "final_val_bpb": 3.6, "tokens": 4096}
+    (tmp_path / "summary.json").write_text(_json.dumps({"sweep_id": "s", "runs": [recorded]}))
+    (row,) = summarize(tmp_path, {"name": "sweep", "sweep_id": "s"}).rows
+    assert row["final_val_loss"] == 2.5 and row["final_val_bpb"] == 3.6 and row["status"] == "skipped"
+    assert (tmp_path / "points.csv").read_text().splitlines()[1].startswith("59904,4096,2.5,")

@@ -56,7 +56,10 @@ def summarize(sweep_dir: Path, info: dict) -> SweepSummary:
             _rows(d, " ".join(varying) or d.name, dict(o.lstrip("+~").split("=", 1) for o in varying if "=" in o))
         )
     uri = info.get("tracking_uri")
-    _fill_from_mlflow(rows, uri)
+    if uri:
+        _fill_from_mlflow(rows, uri)
+    else:
+        _fill_from_record(rows, read_json(sweep_dir / "summary.json", None))
     _drop_impossible_mfus(rows)
     _compare_to_baseline(rows)
     _add_profiles(rows, sweep_dir)
@@ -154,6 +157,18 @@ def _fill_from_mlflow(rows: list, uri: str | None) -> None:
         r["flops"] = m.get("flops", r.get("flops"))
         r["tokens"] = int(m["tokens"]) if "tokens" in m else r.get("tokens")
         r["wall_s"] = m.get("final/wall_s", r.get("wall_s"))
+
+
+def _fill_from_record(rows: list, recorded) -> None:
+    """Without the store (a fresh clone keeps none), a run skipped as already finished reports the
+    figures the summary recorded for it while the store was there, not an empty row."""
+    if not isinstance(recorded, dict):
+        return
+    before = {(r.get("job"), r.get("mlflow_run_id")): r for r in recorded.get("runs") or []}
+    for r in rows:
+        old = before.get((r["job"], r.get("mlflow_run_id")))
+        if r["status"] == "skipped" and old is not None and r.get("final_val_loss") is None:
+            r.update({k: v for k, v in old.items() if k not in ("label", "job", "overrides") and v is not None})
 
 
 def _drop_impossible_mfus(rows: list) -> None:
