@@ -333,6 +333,12 @@ def test_a_not_determined_fit_falls_back_to_twenty_tokens_per_param(tmp_path, la
     assert "rule of thumb D = 20 N (Hoffmann et al. 2022), because the fit's allocation" in row
     assert "runs that would settle it: N=" in row
     assert "predicted loss     not_determined: " in table
+    # the suggested runs are priced on this hardware and said to be a step, not the whole way
+    run = p.prediction.runs_to_determine[0]
+    dollars = 3 * run.seconds / 3600 * p.hardware.price_per_hour
+    assert f"each on one {p.hardware.name}, ${dollars:,.2g} for all 3" in row
+    gap = math.log10(p.flops / run.C)
+    assert gap > 1 and f"stay {gap:.1f} decades past them" in row
     doc = plan_render.plan_dict(p)
     assert doc["predicted_loss"]["value"] is None and doc["compute_optimal"]["from_rule"] is True
 

@@ -108,7 +108,7 @@ def _count(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _loss(pred: LossPrediction | None) -> str:
+def _loss(pred: LossPrediction | None, p: Plan) -> str:
     """The loss with its interval and verdict; not_determined: the word, why, and what would settle it."""
     if pred is None:
         return "n/a"
@@ -116,29 +116,41 @@ def _loss(pred: LossPrediction | None) -> str:
     if pred.value is None:
         text = f"not_determined: {v.because(limit=3)}"
         return text + (
-            f"; runs that would determine it: {_runs(pred.runs_to_determine)}" if pred.runs_to_determine else ""
+            f"; runs that would determine it: {_runs(pred.runs_to_determine, p)}" if pred.runs_to_determine else ""
         )
     ci = "" if pred.lo is None else f" (95%: {pred.lo:.3f} to {pred.hi:.3f})"
     verdict = v.level + (f": {v.because(limit=2)}" if v.reasons else "")
     return f"{pred.value:.3f} nats/token{ci}, {verdict}"
 
 
-def _runs(runs) -> str:
+def _runs(runs, p: Plan) -> str:
+    """The suggested runs, what they cost on this plan's hardware, and how far they leave the plan:
+    they are the next step (at most a decade past the fitted runs), not the whole way."""
     sizes = "; ".join(f"N={_count(r.N)}, D={_count(r.D)}" for r in runs)
-    when = "" if runs[0].seconds is None else f", {_seconds(runs[0].seconds)} each on one GPU"
-    return f"{sizes} ({runs[0].C:.3g} FLOPs{when})"
+    step = runs[0]
+    parts = [f"{step.C:.3g} FLOPs"]
+    if step.seconds is not None:
+        parts.append(f"{_seconds(step.seconds)} each on one {p.hardware.name}")
+        if p.hardware.price_per_hour:
+            parts.append(f"${len(runs) * step.seconds / 3600 * p.hardware.price_per_hour:,.2g} for all {len(runs)}")
+    gap = math.log10(p.flops / step.C) if step.C > 0 else 0.0
+    if gap > 0.05:
+        parts.append(f"a step only: this run's {p.flops:.3g} FLOPs stay {gap:.1f} decades past them")
+    return f"{sizes} ({', '.join(parts)})"
 
 
 def _alternative(p: Plan) -> str:
     a = p.alternative
     text = f"N_opt {_count(a.N_opt)}, D_opt {_count(a.D_opt)} ({a.tokens_per_param:.1f} tokens/param) for C={a.C:.3g}"
     if not a.from_rule:
-        return text + (f", loss {_loss(a.loss)}" if a.loss else "")
+        return text + (f", loss {_loss(a.loss, p)}" if a.loss else "")
     text += f": {a.method}"
-    return text + (f"; runs that would settle it: {_runs(a.runs_to_determine)}" if a.runs_to_determine else "")
+    return text + (f"; runs that would settle it: {_runs(a.runs_to_determine, p)}" if a.runs_to_determine else "")
 
 
 def _seconds(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.2g} s"
     if seconds < 120:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min" if seconds < 7200 else _duration(seconds / 3600)
@@ -193,7 +205,7 @@ def summary_rows(p: Plan) -> list[tuple[str, str]]:
             if p.cost is None
             else f"${p.cost:,.0f} ({p.gpu_hours:,.0f} GPU-hours at ${p.hardware.price_per_hour:g}/h)",
         ),
-        ("predicted loss", _loss(p.prediction)),
+        ("predicted loss", _loss(p.prediction, p)),
         ("compute-optimal", _alternative(p)),
         ("binding", _binding(p)),
         _decode_row(p),
