@@ -10,7 +10,7 @@ import pytest
 
 from ablate.scaling.backtest import backtest, held_out
 from ablate.scaling.calibration import Calibration, calibrate, log_interval
-from ablate.scaling.chinchilla import fit_approach3
+from ablate.scaling.chinchilla import ChinchillaLaw, fit_approach3
 from ablate.scaling.points import FitInputError, Points, load_chinchilla
 from ablate.scaling.predict import FitOptions, fit_predictor
 from ablate.scaling.report import backtest_markdown
@@ -65,20 +65,67 @@ def test_a_cut_that_cannot_be_fitted_is_kept_with_its_reason(coarse_grid, grid_p
 
 def test_the_calibrated_interval_covers_a_misspecified_law_the_bootstrap_misses(coarse_grid):
     """The failure the issue saw on a public data set: the curve's interval held few of the largest runs.
-    Fit on the 60 lowest-compute runs of the drifting law and predict the 40 above."""
+    Fit on the 60 lowest-compute runs of the drifting law and predict the 40 above. Within half a decade
+    every held-out run is inside; further out the product law's error where N and D are both large grows
+    2.4 times faster than the drift any cut inside the data shows (0.035 against 0.015 per decade), which
+    no calibration from inside the data can see: the interval is then sharp for the drift it measured,
+    and the law's verdict is `wide`, not `trusted`."""
     points = drifting()
     order = np.argsort(points.C)
     below, above = points.subset(order[:60]), order[60:]
     forecast = fit_predictor(below, FitOptions(n_boot=50, grid=coarse_grid))
     pred = forecast.predictor
     curve_only = replace(pred, calibration=Calibration(0.0, 0.0, pred.calibration.reach))
+    near = above[pred.decades_past(points.C[above]) <= 0.5]
 
-    def coverage(p):
-        _, lo, hi = p.loss_band(points.N[above], points.D[above], points.C[above])
-        return float(np.mean((lo <= points.L[above]) & (points.L[above] <= hi)))
+    def coverage(p, idx):
+        _, lo, hi = p.loss_band(points.N[idx], points.D[idx], points.C[idx])
+        return float(np.mean((lo <= points.L[idx]) & (points.L[idx] <= hi)))
 
-    assert coverage(curve_only) < 0.3
-    assert coverage(pred) >= 0.9
+    assert coverage(curve_only, above) < 0.3
+    assert coverage(pred, above) >= 2 * coverage(curve_only, above)
+    assert near.size >= 10 and coverage(pred, near) == 1.0
+    assert pred.calibration.kappa > 0.01 and not pred.verdict.trusted
+
+
+def test_kappa_counts_only_the_drift_the_refits_own_uncertainty_does_not_explain():
+    """Drifts no larger than their own sd give the floor; drifts that share a direction give about their
+    mean; drifts of both signs well beyond their sd give about their RMS."""
+    from ablate.scaling.calibration import misfit_kappa
+
+    sd = np.full(5, 0.01)
+    assert misfit_kappa(np.array([0.005, -0.008, 0.01, -0.002, 0.004]), sd**2, floor=0.002) == 0.002
+    assert misfit_kappa(np.full(5, 0.05), sd**2) == pytest.approx(0.05, rel=0.02)
+    spread = np.array([0.1, -0.1, 0.1, -0.1, 0.1])
+    assert misfit_kappa(spread, sd**2) == pytest.approx(0.1, rel=0.05)
+
+
+def law_ladder(noise: float, misfit: float, seed: int) -> Points:
+    """A ladder like the published ones: 10 sizes from 2e7 to 2e9 parameters, each at 5 to 120 tokens per
+    parameter (80 runs over 5.7 decades of compute), from Hoffmann et al.'s law, times a known misfit
+    exp(misfit u^2 / 10) (u decades of compute above the smallest run: a curvature the form cannot
+    follow) and known log-normal noise."""
+    law = ChinchillaLaw(1.69, 406.4, 410.7, 0.34, 0.28)
+    rng = np.random.default_rng(seed)
+    N, R = (g.ravel() for g in np.meshgrid(np.geomspace(2e7, 2e9, 10), np.array([5, 8, 12, 20, 30, 50, 80, 120.0])))
+    D = N * R
+    u = np.log10(N * D / (N * D).min())
+    return Points(N, D, law.loss(N, D) * np.exp(misfit * u**2 / 10 + rng.normal(0, noise, N.size)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("noise", "misfit", "seed"), [(0.01, 0.0, 2), (0.003, 0.05, 4)])
+def test_intervals_on_a_known_law_cover_and_are_sharp(coarse_grid, noise, misfit, seed):
+    """Issue 26's targets on laws with known noise and misfit: at least 90% of the held-out runs inside
+    their interval at every distance up to 1.5 decades, and within 1.5 decades a median half-width at most
+    4 times the median absolute error (a calibrated normal interval is 2.9 times)."""
+    bt = backtest(law_ladder(noise, misfit, seed), FitOptions(n_boot=50, grid=coarse_grid))
+    near = [b for b in bt.bins() if b.hi <= 1.5]
+    assert len(near) == 3 and all(b.n >= 30 for b in near)
+    for b in near:
+        assert b.coverage >= 0.9, b
+        assert b.printed_coverage >= 0.9, b
+    assert 2.0 <= bt.sharpness(1.5) <= 4.0
 
 
 def test_backtest_reports_coverage_error_and_width_by_distance(coarse_grid):
@@ -91,11 +138,16 @@ def test_backtest_reports_coverage_error_and_width_by_distance(coarse_grid):
         assert 0 <= b.coverage <= 1 and sum(b.levels.values()) == b.n and set(b.levels) == set(LEVELS)
         assert (b.printed_coverage is None) == (b.printed == 0)
         assert b.printed == 0 or b.printed_median_width > 0
-    assert bt.printed_coverage >= 0.9
+    # the drifting law's error grows faster past each cut than inside it (see the test above): the backtest
+    # is what says so, in its decision and with its code
+    assert bt.printed_coverage < 0.9 and "under_covers" in {f.code for f in bt.findings()}
+    assert bt.decision().startswith("The 95% intervals under-cover")
     doc = bt.to_dict()
     assert doc["by_distance"][0]["n"] == bins[0].n and len(doc["runs"]) == len(bt.runs)
+    assert all(b.median_half_width > 0 and b.sharpness > 0 for b in bins)
     md = backtest_markdown(bt, "drifting law")
-    assert md.startswith("# drifting law") and "| 0 to 0.5 |" in md
+    assert md.startswith("# drifting law\n\n**The 95% intervals") and "| 0 to 0.5 |" in md
+    assert bt.decision() in md and all(f"(`{f.code}`)" in md for f in bt.findings())
 
 
 def test_held_out_is_one_cut_below_the_k_largest_runs(coarse_grid, grid_points):
@@ -122,6 +174,10 @@ def test_chinchilla_backtest_covers_at_least_90_percent_at_every_distance(chinch
     assert len(bins) >= 4 and max(b.hi for b in bins if np.isfinite(b.hi)) >= 2.0
     for b in bins:
         assert b.coverage >= 0.9, b
-        assert b.printed_coverage is None or b.printed_coverage >= 0.9, b
+        # printed coverage is judged where at least 20 predictions are printed: an exact 95% interval misses
+        # one of 7 (86%) three times in ten
+        assert b.printed < 20 or b.printed_coverage >= 0.9, b
     near = bins[0]
     assert near.printed_median_width < 0.05  # within half a decade the interval is a few percent wide
+    assert bt.sharpness(1.5) <= 4.0  # and no wider than the errors need (issue 26)
+    assert "too_wide" not in {f.code for f in bt.findings()}

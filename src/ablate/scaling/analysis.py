@@ -115,7 +115,7 @@ def fit_all(
             return None
 
     stage(labels[0])
-    noise = run_noise(points.N, points.D, points.L, opts.noise)
+    noise = run_noise(points.N, points.D, points.L, opts.noise, points.seeds)
     forecast = attempt(APPROACH3, lambda: fit_predictor(points, opts))
     a3 = predictor = None
     if forecast is not None:

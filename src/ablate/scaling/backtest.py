@@ -8,6 +8,7 @@ how wide the interval was. `held_out` is the same with one cut: all but the k la
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,8 +17,24 @@ from ablate.scaling.points import FitInputError, Points
 from ablate.scaling.predict import FitOptions, fit_predictor, predict
 from ablate.scaling.verdict import LEVELS, NOT_DETERMINED, Verdict
 
+COVERAGE_TARGET = 0.9  # the share of held-out runs a stated 95% interval must hold at every distance
+SHARPNESS_TARGET = 4.0  # median half-width over median absolute error, within SHARP_WITHIN decades
+SHARP_WITHIN = 1.5  # decades of compute past the data over which sharpness is judged
+MIN_BIN_RUNS = 5  # a distance band with fewer held-out runs is reported, not judged
 BACKTEST_CUTS = (0.25, 0.375, 0.5, 0.625, 0.75)  # cut points as fractions of the runs' log-C span
 DISTANCE_BINS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, np.inf)  # decades of compute past the largest fitted run
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the backtest found against its targets: a code (under_covers, too_wide, no_runs)
+    and a clause."""
+
+    code: str
+    text: str
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "text": self.text}
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,11 @@ class HeldOutRun:
     def rel_width(self) -> float:
         return (self.hi - self.lo) / self.predicted
 
+    @property
+    def half_width(self) -> float:
+        """The interval's half-width over the prediction, (hi - lo) / (2 predicted)."""
+        return self.rel_width / 2
+
     def to_dict(self) -> dict:
         return {
             "cut": self.cut,
@@ -75,6 +97,7 @@ class BacktestCut:
     kappa: float | None = None
     reach: float | None = None
     note: str = ""
+    run_sigma: float | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -84,6 +107,7 @@ class BacktestCut:
             "law": None if self.law is None else self.law.to_dict(),
             "kappa_per_decade": self.kappa,
             "reach_decades": self.reach,
+            "run_sigma": self.run_sigma,
             "note": self.note,
         }
 
@@ -101,10 +125,17 @@ class DistanceBin:
     levels: dict  # verdict level -> count
     printed_coverage: float | None  # share of the printed runs inside their interval; None: none printed
     printed_median_width: float | None  # median (hi - lo) / predicted of the printed intervals
+    median_half_width: float = float("nan")  # median (hi - lo) / (2 predicted) over all runs
 
     @property
     def printed(self) -> int:
         return self.n - self.levels.get(NOT_DETERMINED, 0)
+
+    @property
+    def sharpness(self) -> float:
+        """Median half-width over median absolute error: about 2.9 for a calibrated normal interval
+        (1.96 / 0.674), more for one wider than the errors need."""
+        return self.median_half_width / self.median_abs_error if self.median_abs_error > 0 else math.inf
 
     def to_dict(self) -> dict:
         return {
@@ -116,6 +147,8 @@ class DistanceBin:
             "printed": self.printed,
             "printed_coverage": self.printed_coverage,
             "printed_median_rel_width": self.printed_median_width,
+            "median_rel_half_width": self.median_half_width,
+            "sharpness": self.sharpness,
         }
 
 
@@ -155,12 +188,81 @@ class Backtest:
                     {level: sum(r.verdict.level == level for r in rows) for level in LEVELS},
                     float(np.mean([r.inside for r in shown])) if shown else None,
                     float(np.median([r.rel_width for r in shown])) if shown else None,
+                    float(np.median([r.half_width for r in rows])),
                 )
             )
         return tuple(out)
 
+    def within(self, decades: float = SHARP_WITHIN) -> list[HeldOutRun]:
+        return [r for r in self.runs if r.decades <= decades]
+
+    def sharpness(self, decades: float = SHARP_WITHIN) -> float | None:
+        """Median half-width over median absolute error of the held-out runs within `decades`."""
+        rows = self.within(decades)
+        if not rows:
+            return None
+        err = float(np.median([abs(r.rel_error) for r in rows]))
+        return float(np.median([r.half_width for r in rows])) / err if err > 0 else math.inf
+
+    def findings(self, min_runs: int = MIN_BIN_RUNS) -> tuple[Finding, ...]:
+        """What the backtest says against its targets (COVERAGE_TARGET at every distance with at least
+        min_runs held-out runs, SHARPNESS_TARGET within SHARP_WITHIN decades), worst first."""
+        out = []
+        for b in self.bins():
+            if b.n < min_runs:
+                continue
+            span = f"{b.lo:g} to {b.hi:g} decades" if np.isfinite(b.hi) else f"over {b.lo:g} decades"
+            if b.coverage < COVERAGE_TARGET:
+                out.append(
+                    Finding(
+                        "under_covers",
+                        f"{span}: {100 * b.coverage:.0f}% of {b.n} held-out runs inside (under "
+                        f"{100 * COVERAGE_TARGET:.0f}%)",
+                    )
+                )
+            if b.printed >= min_runs and b.printed_coverage < COVERAGE_TARGET:
+                out.append(
+                    Finding(
+                        "under_covers",
+                        f"{span}: {100 * b.printed_coverage:.0f}% of the {b.printed} printed "
+                        f"predictions inside (under {100 * COVERAGE_TARGET:.0f}%)",
+                    )
+                )
+        sharp = self.sharpness()
+        if sharp is not None and sharp > SHARPNESS_TARGET:
+            out.append(
+                Finding(
+                    "too_wide",
+                    f"within {SHARP_WITHIN:g} decades the median half-width is {sharp:.1f} times the "
+                    f"median error (over {SHARPNESS_TARGET:g}; a calibrated normal interval is 2.9)",
+                )
+            )
+        if not self.runs:
+            out.append(Finding("no_runs", "no cut left a fit that could predict the runs above it"))
+        return tuple(out)
+
+    def decision(self) -> str:
+        """One line: whether the printed intervals can be relied on, from the findings."""
+        if not self.runs:
+            return "Not determined: no cut left a fit that could predict the runs above it."
+        codes = {f.code for f in self.findings()}
+        sharp = self.sharpness()
+        cover = min((b.coverage for b in self.bins() if b.n >= MIN_BIN_RUNS), default=self.coverage)
+        tail = (
+            f"at least {100 * cover:.0f}% of held-out runs inside at every distance; within {SHARP_WITHIN:g} decades "
+            f"the half-width is {'-' if sharp is None else f'{sharp:.1f}'} times the median error"
+        )
+        if "under_covers" in codes:
+            return f"The 95% intervals under-cover: {tail}."
+        if "too_wide" in codes:
+            return f"The 95% intervals cover but are wider than the errors need: {tail}."
+        return f"The 95% intervals are calibrated and sharp: {tail}."
+
     def to_dict(self) -> dict:
         return {
+            "decision": self.decision(),
+            "findings": [f.to_dict() for f in self.findings()],
+            "sharpness_within_1.5_decades": self.sharpness(),
             "method": "for each cut: fit (with its own bootstrap and calibration) on the runs with C <= C_cut, "
             "predict every run above; coverage = share of held-out runs inside their 95% interval",
             "coverage": self.coverage,
@@ -211,7 +313,9 @@ def _run(points: Points, opts: FitOptions, masks: list[np.ndarray]) -> Backtest:
             continue
         pred = forecast.predictor
         cal = pred.calibration
-        cuts.append(BacktestCut(C_cut, len(fitted), held.size, pred.verdict, cal.kappa, cal.reach))
+        cuts.append(
+            BacktestCut(C_cut, len(fitted), held.size, pred.verdict, cal.kappa, cal.reach, run_sigma=cal.run_sigma)
+        )
         if not forecast.fit.converged:
             continue
         value, lo_, hi_ = pred.loss_band(points.N[held], points.D[held], points.C[held])

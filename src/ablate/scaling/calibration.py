@@ -1,26 +1,44 @@
-"""Intervals that cover: a prediction's 95% interval accounts for the law being wrong, not only for
-resampling the points.
+"""Intervals that cover and are no wider than they need to be: a prediction's 95% interval for the log
+loss of one new run is built from three separate sources of error, each estimated from the data.
 
-The bootstrap (bootstrap.py) says how far the fitted curve moves when the points are resampled; it
-does not say how far the law's form is from the truth, and that error grows the further a prediction
-lies past the data. So a prediction's interval for the log loss of one new run combines, in quadrature,
+    curve   the parameters' uncertainty: the bootstrap's percentile interval of log L_hat at the
+            target (bootstrap.py), b_lo below and b_hi above the fitted value
+    run     one run's scatter about a curve it was not fitted to: sigma_run
+    law     the law's misfit, growing with distance: kappa * d, d = decades of compute past the
+            largest fitted run
 
-    curve      the bootstrap's percentile interval of log L_hat at the target
-    run        one run's scatter about the curve: run_sigma, the fit's RMS log residual corrected for
-               the parameters fitted (sqrt(n / (n - p)))
-    law        kappa * d: d decades of compute past the largest fitted run, kappa calibrated by
-               leaving out the largest-compute runs
+combined, on each side, as
 
-kappa comes from cuts inside the data: for each cut (CUT_FRACTIONS of the runs' log-C span) approach 3
-is refitted on the runs below it and predicts those above; the least-squares drift of the log error
-per decade past the cut, e = s * d, measures how fast this law's form goes wrong on these data. A wrong
-exponent makes exactly such an error, linear in log C, which is why the term grows linearly with d.
-kappa is the RMS of the K drifts, widened by t_{0.975, K} / z_{0.975}: with the spread of a new drift
-estimated from K of them, Student's t and not the normal gives its 95% range. `reach` is the farthest
-distance at which a held-out run was predicted: past it the term is extrapolated, and checks.py says so.
+    half_lo = sqrt(b_lo^2 + z^2 (sigma_run^2 + kappa^2 d^2)),   half_hi likewise with b_hi,   z = 1.96
 
-How well this covers is measured, not assumed: backtest.py fits below several cut points and counts
-how often the interval holds the runs above (docs/fitting.md has the table).
+(the bootstrap's half-width is already a 95% one; the two Gaussian terms are scaled to it).
+
+Both sigma_run and kappa come from refits below cuts inside the data (CUT_FRACTIONS of the runs' log-C
+span). Each refit, with its own small bootstrap (CALIBRATION_BOOT resamples), predicts the runs above
+its cut; e_i are their log errors, d_i their distances past the cut.
+
+sigma_run is the maximum-likelihood sd s of the errors of the held-out runs within NEAR_DECADES of their
+cut under e ~ N(0, curve_sd^2 + s^2), so that the refit's own curve error is not counted twice; at
+least the fit's in-sample scatter (run_sigma: the winsorized RMS log residual over n - p) and the
+seed-to-seed noise floor (checks.run_noise). In-sample residuals alone understate it: the fit was
+drawn towards them.
+
+kappa: each cut's drift is the least-squares slope b_j = sum d e / sum d^2 (a wrong exponent makes
+exactly such an error, linear in log C). Part of a drift is not the law's: the refit's parameter error
+(the spread of the same slope over its bootstrap laws) and the runs' scatter (sigma_run^2 / sum d^2)
+move it too, and both are already in the curve and run terms. So with v_j their variance, the drifts
+are modelled as b_j ~ N(mu, tau^2 + v_j) (a random-slope model, Gelman et al., BDA 3rd ed., ch. 5):
+mu the drift the cuts share, tau their spread beyond what the refits' own uncertainty explains.
+kappa = sqrt(mu^2 + tau^2) at the maximum of the likelihood, at least sigma_run per decade (the
+floor: a misfit below one run's scatter per decade is not resolved by a few cuts). Taking the
+drifts' RMS instead counts the refits' own error, larger than the full fit's, as the law's, and
+gives intervals several times the errors.
+`reach` is the farthest distance at which a held-out run was predicted: past it the term is
+extrapolated, and checks.py says so.
+
+How well this covers, and how wide it is, is measured, not assumed: backtest.py fits below several
+cut points and counts how often the interval holds the runs above and how wide it is against the
+errors (docs/fitting.md has the tables).
 """
 
 from __future__ import annotations
@@ -36,6 +54,17 @@ from ablate.scaling.points import FitInputError, Points
 
 Z95 = 1.959963984540054  # the normal's 97.5% quantile
 CUT_FRACTIONS = (0.4, 0.5, 0.6, 0.7, 0.8)
+CALIBRATION_BOOT = 40  # bootstrap resamples of each refit below a cut: enough for the sd of one slope
+NEAR_DECADES = 0.5  # held-out runs this close to their cut measure one run's out-of-sample scatter
+WINSOR = 3.0  # residuals beyond this many robust sds count as that many in sigma_run
+FORMULA = (
+    "log L 95% interval: half = sqrt(b^2 + z^2 (sigma_run^2 + kappa^2 d^2)) on each side; b the bootstrap's "
+    "percentile half-width, sigma_run the held-out runs' scatter near their cut (at least the in-sample "
+    "scatter and the noise floor), d decades of compute past the largest fitted run, kappa the "
+    "root mean square drift of the cuts' errors per decade beyond what the refits' own bootstrap and run "
+    "scatter explain (b_j ~ N(mu, tau^2 + v_j), kappa = sqrt(mu^2 + tau^2) at the maximum likelihood), "
+    "at least sigma_run per decade"
+)
 
 # Coarse starts for the refits below a cut, around Hoffmann's grid: 3 x 3 x 3 x 4 x 4 = 432, plus the
 # full data's optimum (warm_grid); the refits need not search the whole grid again.
@@ -101,9 +130,7 @@ class Calibration:
             "run_sigma": self.run_sigma,
             "kappa_per_decade": self.kappa,
             "reach_decades": self.reach,
-            "method": "interval = curve (bootstrap) + run (run_sigma) + law (kappa x decades past the data), "
-            "in quadrature on log L; kappa = RMS over the K cuts of the log error's drift per decade, "
-            "times t(0.975, K) / z(0.975)",
+            "method": FORMULA,
             "cuts": [c.to_dict() for c in self.cuts],
         }
 
@@ -116,10 +143,39 @@ def _opt(x) -> float | None:
     return None if x is None else float(x)
 
 
-def run_sigma(residuals: np.ndarray, n_params: int) -> float:
-    """RMS log residual with the degrees of freedom the fit used: sqrt(sum r^2 / (n - p))."""
-    n = residuals.size
-    return float(np.sqrt(np.sum(residuals**2) / max(n - n_params, 1)))
+def run_sigma(residuals: np.ndarray, n_params: int, floor: float = 0.0) -> float:
+    """One run's scatter about the curve: the RMS of the log residuals winsorized at WINSOR robust sds
+    (1.4826 x their median absolute value), over n - p degrees of freedom, and at least `floor`. A few
+    runs far off the law (named by the verdict, checks.py) do not widen every interval."""
+    r = np.asarray(residuals, float)
+    n = r.size
+    if n == 0:
+        return float(floor)
+    cap = WINSOR * 1.4826 * float(np.median(np.abs(r)))
+    kept = np.clip(r, -cap, cap) if cap > 0 else r
+    return max(float(np.sqrt(np.sum(kept**2) / max(n - n_params, 1))), float(floor))
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The runs above one cut as its refit predicted them: log errors e (actual - predicted), their
+    distances d past the cut's largest run, the refit's curve sd at each, and the variance over the
+    refit's bootstrap laws of the drift they would make (the part of a drift the refit's parameter
+    error explains)."""
+
+    e: np.ndarray
+    d: np.ndarray
+    curve_sd: np.ndarray
+    boot_drift_var: float
+
+    @property
+    def drift(self) -> float:
+        """The least-squares slope of e on d through 0: sum d e / sum d^2."""
+        return float(np.sum(self.e * self.d) / np.sum(self.d**2))
+
+    def drift_var(self, sigma: float) -> float:
+        """The drift's variance without any misfit: the refit's parameter error and the runs' scatter."""
+        return self.boot_drift_var + sigma**2 / float(np.sum(self.d**2))
 
 
 def calibrate(
@@ -127,46 +183,106 @@ def calibrate(
     refit: Callable[[Points], object],
     sigma: float,
     fractions: tuple[float, ...] = CUT_FRACTIONS,
+    n_params: int = 5,
+    noise_floor: float = 0.0,
 ) -> Calibration:
-    """kappa and reach from refits below cuts of the runs' log-C span. refit(points) returns a fit
-    with .converged and .law.loss(N, D), or raises FitInputError when the runs below a cut cannot
-    support one (that cut is skipped, with the reason)."""
+    """sigma_run, kappa and reach from refits below cuts of the runs' log-C span (module docstring).
+    refit(points) returns a fit with .converged, .law.loss(N, D) and .bootstrap (None, or .usable()
+    laws as rows E, A, B, alpha, beta), or raises FitInputError when the runs below a cut cannot
+    support one (that cut is kept, with the reason). `sigma` is the full fit's in-sample run scatter
+    (run_sigma), the least sigma_run can be."""
     logC = np.log10(points.C)
     lo, hi = float(logC.min()), float(logC.max())
-    cuts, seen = [], set()
+    cuts, held, seen = [], [], set()
     for f in fractions:
         below = logC <= lo + f * (hi - lo) + 1e-12
         n_fit = int(below.sum())
         if n_fit in seen or n_fit == len(points):
             continue
         seen.add(n_fit)
-        held = np.flatnonzero(~below)
-        C_cut = float(points.C[below].max()) if n_fit else float(10**lo)
-        d = logC[held] - (float(logC[below].max()) if n_fit else lo)
-        reach = float(d.max())
-        try:
-            fit = refit(points.subset(np.flatnonzero(below)))
-        except FitInputError as exc:
-            cuts.append(CalibrationCut(C_cut, n_fit, held.size, reach, None, str(exc)))
-            continue
-        if not fit.converged:
-            cuts.append(CalibrationCut(C_cut, n_fit, held.size, reach, None, "the refit did not converge"))
-            continue
-        e = np.log(points.L[held]) - np.log(fit.law.loss(points.N[held], points.D[held]))
-        cuts.append(CalibrationCut(C_cut, n_fit, held.size, reach, float(np.sum(e * d) / np.sum(d * d))))
-    drifts = np.array([c.drift for c in cuts if c.drift is not None])
-    if drifts.size == 0:
+        cut, errors = _cut(points, below, refit)
+        cuts.append(cut)
+        if errors is not None:
+            held.append(errors)
+    if not held:
         return Calibration(sigma, None, None, tuple(cuts))
+    scatter = near_scatter(held, max(sigma, noise_floor))
+    drifts = np.array([h.drift for h in held])
+    variances = np.array([h.drift_var(scatter) for h in held])
     reach = max(c.reach for c in cuts if c.drift is not None)
-    kappa = float(np.sqrt(np.mean(drifts**2))) * small_sample_factor(drifts.size)
-    return Calibration(sigma, kappa, reach, tuple(cuts))
+    # the floor: a law is not taken to drift by less than one run's scatter per decade
+    return Calibration(scatter, misfit_kappa(drifts, variances, scatter), reach, tuple(cuts))
 
 
-def small_sample_factor(k: int) -> float:
-    """t_{0.975, k} / z_{0.975}: a new draw's 95% range when its sd is estimated from k draws (mean 0)."""
-    from scipy.special import stdtrit  # t's inverse CDF, without importing scipy.stats (about 1 s)
+def _cut(points: Points, below: np.ndarray, refit) -> tuple[CalibrationCut, HeldOut | None]:
+    """Refit on the runs `below`; the errors of its predictions of the runs above."""
+    logC = np.log10(points.C)
+    n_fit = int(below.sum())
+    held = np.flatnonzero(~below)
+    top = float(logC[below].max()) if n_fit else float(logC.min())
+    C_cut = float(10**top)
+    d = logC[held] - top
+    reach = float(d.max())
+    try:
+        fit = refit(points.subset(np.flatnonzero(below)))
+    except FitInputError as exc:
+        return CalibrationCut(C_cut, n_fit, held.size, reach, None, str(exc)), None
+    if not fit.converged:
+        return CalibrationCut(C_cut, n_fit, held.size, reach, None, "the refit did not converge"), None
+    N, D = points.N[held], points.D[held]
+    center = np.log(fit.law.loss(N, D))
+    errors = HeldOut(np.log(points.L[held]) - center, d, *_bootstrap_terms(fit, N, D, center, d))
+    return CalibrationCut(C_cut, n_fit, held.size, reach, errors.drift), errors
 
-    return float(stdtrit(k, 0.975) / Z95)
+
+def _bootstrap_terms(fit, N: np.ndarray, D: np.ndarray, center: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, float]:
+    """The refit's bootstrap sd of log L_hat at each run (from its 95% percentile range, robust to a
+    few wild resamples) and the variance of the drift its bootstrap laws make; zeros without one."""
+    boot = getattr(fit, "bootstrap", None)
+    samples = boot.usable() if boot is not None else np.empty((0, 5))
+    if len(samples) < 2:
+        return np.zeros(N.shape), 0.0
+    from ablate.scaling.frontier import loss_samples
+
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        logs = np.log(loss_samples(samples, N, D))
+        q_lo, q_hi = np.nanpercentile(logs, [2.5, 97.5], axis=0)
+        slopes = ((logs - center) @ d) / float(np.sum(d * d))
+    slopes = slopes[np.isfinite(slopes)]
+    lo, hi = np.percentile(slopes, [2.5, 97.5]) if slopes.size >= 2 else (0.0, 0.0)
+    return np.nan_to_num((q_hi - q_lo) / (2 * Z95), nan=0.0), float(((hi - lo) / (2 * Z95)) ** 2)
+
+
+def near_scatter(held: list[HeldOut], floor: float, near: float = NEAR_DECADES, steps: int = 200) -> float:
+    """One run's scatter about a curve it was not fitted to: the maximum-likelihood sd s of the errors of
+    the held-out runs within `near` decades of their cut, e ~ N(0, curve_sd^2 + s^2), at least `floor`
+    (in-sample residuals understate it: the fit was drawn towards them)."""
+    e = np.concatenate([h.e[h.d <= near] for h in held])
+    if e.size == 0:
+        return floor
+    v = np.concatenate([h.curve_sd[h.d <= near] for h in held]) ** 2
+    top = max(float(np.sqrt(np.mean(e**2))), floor)
+    grid = np.geomspace(max(floor, 1e-6), max(top, floor) * 1.0001 + 1e-9, steps)
+    V = v[None] + grid[:, None] ** 2
+    return float(grid[int(np.argmin(np.sum(np.log(V) + e[None] ** 2 / V, axis=1)))])
+
+
+def misfit_kappa(drifts: np.ndarray, variances: np.ndarray, floor: float = 0.0, steps: int = 400) -> float:
+    """kappa from the cuts' drifts b_j ~ N(mu, tau^2 + v_j), v_j what the refit's own error and the
+    runs' scatter make: sqrt(mu^2 + tau^2) at the maximum of the likelihood, at least `floor`. mu is
+    the drift the cuts share (a form wrong the same way at every cut), tau their spread beyond v_j; for
+    each tau on a log grid (to 10 times the largest drift or drift sd, 0 included) mu is its weighted
+    mean, sum w b / sum w with w = 1 / (tau^2 + v_j). A drift its refit's uncertainty explains adds
+    nothing."""
+    b, v = np.asarray(drifts, float), np.asarray(variances, float)
+    top = 10 * max(float(np.abs(b).max()), float(np.sqrt(v.max())), 1e-6)
+    tau = np.concatenate([[0.0], np.geomspace(top * 1e-6, top, steps)])
+    V = tau[:, None] ** 2 + v[None] + 1e-300
+    w = 1.0 / V
+    mu = np.sum(w * b[None], axis=1) / np.sum(w, axis=1)
+    log_lik = -0.5 * np.sum(np.log(V) + (b[None] - mu[:, None]) ** 2 / V, axis=1)
+    best = int(np.argmax(log_lik))
+    return max(math.hypot(float(mu[best]), float(tau[best])), float(floor))
 
 
 def log_interval(
@@ -174,7 +290,7 @@ def log_interval(
 ) -> tuple[np.ndarray, np.ndarray]:
     """95% interval of log L: center (g,), bootstrap samples of log L_hat (R, g) or None, decades (g,)
     past the data. Each side's half-width is the bootstrap's on that side and Z95 * extra_sd, added in
-    quadrature. Returns (lo, hi), each (g,)."""
+    quadrature (module docstring). Returns (lo, hi), each (g,)."""
     center = np.asarray(center, float)
     low = high = np.zeros_like(center)
     if samples is not None and samples.shape[0]:

@@ -19,6 +19,7 @@ and for tokens per parameter outside a plausible range.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -29,6 +30,9 @@ from ablate.scaling.single import SingleLawFit
 from ablate.scaling.verdict import NOT_DETERMINED, WIDE, Reason, Verdict
 
 DEFAULT_NOISE = 0.01  # sd of log loss between repeats of one run: about 1% for small LMs over seeds
+# The least seed-to-seed sd of log loss taken as noise: repeats that agree more closely (0.01-0.1%) are
+# reruns of one seed (nondeterminism), and a law is not judged against them.
+NOISE_FLOOR = 0.003
 
 
 @dataclass(frozen=True)
@@ -71,34 +75,99 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class RunNoise:
-    """The spread of one run's log loss about the curve that no law can explain (seeds, data order)."""
+    """The spread of one run's log loss about the curve that no law can explain (seeds, data order).
+    `sigma` is what the checks use: the measured spread (`measured`), never below NOISE_FLOOR, or the
+    given one, or DEFAULT_NOISE without replicates."""
 
     sigma: float
-    source: str  # "replicates (k groups)", "given", or "default"
+    source: str  # starts with "seeds", "replicates", "floor", "given" or "default", then why
+    measured: float | None = None  # the pooled sd of the replicates, before the floor
+
+    @property
+    def kind(self) -> str:
+        return self.source.split(" ")[0].rstrip(":,")
+
+    @property
+    def interval_floor(self) -> float:
+        """The least scatter one new run has about the curve (calibration.run_sigma's floor): the noise
+        when it was measured or given, else NOISE_FLOOR (a default is a guess, not a floor)."""
+        return NOISE_FLOOR if self.kind == "default" else self.sigma
 
     def to_dict(self) -> dict:
-        return {"sigma": self.sigma, "source": self.source}
+        return {"sigma": self.sigma, "source": self.source, "measured": self.measured, "floor": NOISE_FLOOR}
 
 
-def run_noise(N: np.ndarray, D: np.ndarray, L: np.ndarray, given: float | None = None) -> RunNoise:
-    """`given`, else the pooled sd of log L over repeats of one (N, D) (at least 2 degrees of freedom),
-    else DEFAULT_NOISE."""
+def run_noise(
+    N: np.ndarray, D: np.ndarray, L: np.ndarray, given: float | None = None, seeds: Sequence | None = None
+) -> RunNoise:
+    """`given`, else the pooled sd of log L over replicates of one (N, D) (at least 2 degrees of
+    freedom), floored at NOISE_FLOOR, else DEFAULT_NOISE. With `seeds` (one per run), replicates are
+    runs of distinct seeds: reruns of one seed at one (N, D) are averaged into one run first, since
+    they measure the hardware's nondeterminism, not the seed-to-seed spread."""
     if given is not None:
         return RunNoise(float(given), "given")
-    keys = np.stack([np.round(np.log(N), 6), np.round(np.log(D), 6)], axis=1)
-    _, group = np.unique(keys, axis=0, return_inverse=True)
-    group = group.reshape(-1)
-    logL = np.log(L)
-    ss, dof, k = 0.0, 0, 0
-    for g in np.unique(group):
-        v = logL[group == g]
-        if v.size > 1:
-            ss += float(((v - v.mean()) ** 2).sum())
-            dof += v.size - 1
-            k += 1
+    logL = np.log(np.asarray(L, float))
+    groups = _replicate_groups(N, D, logL, seeds)
+    ss = sum(float(((v - v.mean()) ** 2).sum()) for v in groups)
+    dof = sum(v.size - 1 for v in groups)
+    what = "seeds" if seeds is not None else "replicates"
     if dof >= 2 and ss > 0:
-        return RunNoise(math.sqrt(ss / dof), f"replicates ({k} repeated (N, D), {dof} degrees of freedom)")
+        sd = math.sqrt(ss / dof)
+        counted = f"{len(groups)} repeated (N, D), {dof} degrees of freedom"
+        if sd >= NOISE_FLOOR:
+            return RunNoise(sd, f"{what} ({counted})", sd)
+        return RunNoise(
+            NOISE_FLOOR,
+            f"floor: the {what} ({counted}) agree to {sd:.2g} in log loss, far below the seed-to-seed spread "
+            f"of LM losses; such runs are reruns, not replicates, so the noise is taken as the floor {NOISE_FLOOR:g}",
+            sd,
+        )
+    reruns = _rerun_spread(N, D, logL, seeds)
+    if reruns is not None:
+        return RunNoise(
+            NOISE_FLOOR,
+            f"floor: only reruns of one seed repeat an (N, D) (they agree to {reruns:.2g} in log loss: the "
+            f"hardware's nondeterminism, not seeds); the noise is taken as the floor {NOISE_FLOOR:g}",
+            reruns,
+        )
     return RunNoise(DEFAULT_NOISE, "default (no repeated runs to measure it)")
+
+
+def _keys(N: np.ndarray, D: np.ndarray) -> np.ndarray:
+    keys = np.stack([np.round(np.log(np.asarray(N, float)), 6), np.round(np.log(np.asarray(D, float)), 6)], axis=1)
+    return np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
+
+
+def _replicate_groups(N, D, logL: np.ndarray, seeds: Sequence | None) -> list[np.ndarray]:
+    """The log losses of each (N, D) run more than once: one value per distinct seed (the mean of its
+    reruns) when seeds are known, else every run."""
+    group = _keys(N, D)
+    out = []
+    for g in np.unique(group):
+        idx = np.flatnonzero(group == g)
+        if seeds is not None:
+            by_seed: dict = {}
+            for i in idx:
+                by_seed.setdefault(str(seeds[i]), []).append(logL[i])
+            v = np.array([np.mean(x) for x in by_seed.values()])
+        else:
+            v = logL[idx]
+        if v.size > 1:
+            out.append(v)
+    return out
+
+
+def _rerun_spread(N, D, logL: np.ndarray, seeds: Sequence | None) -> float | None:
+    """The pooled sd of reruns of one seed at one (N, D); None without any (or without seeds)."""
+    if seeds is None:
+        return None
+    group, names = _keys(N, D), np.array([str(s) for s in seeds])
+    ss, dof = 0.0, 0
+    for g, name in set(zip(group.tolist(), names.tolist(), strict=True)):
+        v = logL[(group == g) & (names == name)]
+        ss += float(((v - v.mean()) ** 2).sum())
+        dof += v.size - 1
+    return math.sqrt(ss / dof) if dof else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,9 @@ class FitInputError(ConfigError):
 
 
 CSV_REQUIRED = ("params", "tokens", "loss")
-CSV_OPTIONAL = ("flops", "params_non_embedding", "train_s", "entropy_floor", "run_id")
+CSV_OPTIONAL = ("flops", "params_non_embedding", "train_s", "entropy_floor", "run_id", "seed")
+# a seed column: `seed`, or `train.seed` as a sweep over the training seed writes it (one column per swept key)
+SEED_COLUMNS = ("seed", "train.seed")
 CSV_NUMERIC = ("params", "tokens", "loss", "flops", "params_non_embedding", "train_s")
 PARAM_KINDS = ("total", "non_embedding")  # which parameter count is N: Chinchilla's or Kaplan's
 CHINCHILLA_COLUMNS = ("Model Size", "Training FLOP", "loss")
@@ -60,6 +62,7 @@ class Points:
     run_ids: tuple[str, ...] | None = None
     seconds: np.ndarray | None = None  # each run's training time, when known
     entropy_floor: float | None = None  # the lowest loss any model can reach on these data, when known
+    seeds: tuple[str, ...] | None = None  # each run's training seed, when known: replicates are distinct seeds
 
     def __post_init__(self) -> None:
         given = {
@@ -88,6 +91,10 @@ class Points:
             object.__setattr__(self, attr, cols.get(key))
         if self.run_ids is not None:
             object.__setattr__(self, "run_ids", tuple(str(r) for r in self.run_ids))
+        if self.seeds is not None:
+            if len(self.seeds) != lengths["params"]:
+                raise FitInputError(f"Points: {len(self.seeds)} seeds for {lengths['params']} points")
+            object.__setattr__(self, "seeds", tuple(str(r) for r in self.seeds))
         if self.entropy_floor is not None:
             object.__setattr__(
                 self, "entropy_floor", float(check_positive("entropy_floor", [self.entropy_floor], "Points")[0])
@@ -102,16 +109,19 @@ class Points:
         def pick(col):
             return None if col is None else col[idx]
 
-        ids = None if self.run_ids is None else tuple(np.asarray(self.run_ids, dtype=object)[idx])
+        def labels(col):
+            return None if col is None else tuple(np.asarray(col, dtype=object)[idx])
+
         return Points(
             self.N[idx],
             self.D[idx],
             self.L[idx],
             self.C[idx],
             pick(self.N_non_embedding),
-            ids,
+            labels(self.run_ids),
             pick(self.seconds),
             self.entropy_floor,
+            labels(self.seeds),
         )
 
     def with_floor(self, floor: float | None) -> Points:
@@ -167,8 +177,9 @@ class Points:
 
     @classmethod
     def from_csv(cls, path: str | Path) -> Points:
-        """Columns params, tokens, loss[, flops, params_non_embedding, train_s, entropy_floor, run_id]
-        (header names exact). The entropy floor is the data's when every row that gives one agrees."""
+        """Columns params, tokens, loss[, flops, params_non_embedding, train_s, entropy_floor, run_id,
+        seed] (header names exact; `train.seed` stands for `seed`). The entropy floor is the data's when
+        every row that gives one agrees; seeds are read when every row gives one."""
         header, rows = _read_csv(path)
         missing = [c for c in CSV_REQUIRED if c not in header]
         if missing:
@@ -187,7 +198,11 @@ class Points:
         checked = {
             c: check_positive(c, _numbers(path, c, [r[c] for r in rows]), str(path), first_line=2) for c in present
         }
-        _refuse_duplicates(path, [checked[c] for c in present], [r.get("run_id", "") for r in rows])
+        _refuse_duplicates(
+            path,
+            [checked[c] for c in present],
+            [(r.get("run_id", ""), *(r.get(c, "") for c in SEED_COLUMNS)) for r in rows],
+        )
         floors = csv_floors(path, rows)
         return cls(
             checked["params"],
@@ -198,7 +213,27 @@ class Points:
             tuple(r["run_id"] for r in rows) if "run_id" in header else None,
             checked.get("train_s"),
             floors.pop() if len(floors) == 1 else None,
+            csv_seeds(path, header, rows),
         )
+
+
+def csv_seeds(path, header: list[str], rows: list[dict]) -> tuple[str, ...] | None:
+    """The seed of each row (column `seed`, else `train.seed`); None without such a column. A column
+    that leaves some rows empty is refused: replicates are told apart by their seeds."""
+    column = next((c for c in SEED_COLUMNS if c in header), None)
+    if column is None:
+        return None
+    seeds = tuple(r.get(column, "") for r in rows)
+    missing = [i for i, s in enumerate(seeds) if not s]
+    if len(missing) == len(seeds):
+        return None
+    if missing:
+        i = missing[0]
+        raise FitInputError(
+            f"{path}: column '{column}' row {i} (line {i + 2}) is empty; give every run's seed or none "
+            "(valid: a seed on every row, or no seed column)"
+        )
+    return seeds
 
 
 def _positive_text(text: str) -> bool:
@@ -230,9 +265,9 @@ def _read_csv(path: str | Path) -> tuple[list[str], list[dict]]:
     return header, rows
 
 
-def _refuse_duplicates(path, columns: list[np.ndarray], run_ids: list[str]) -> None:
-    """Two rows with the same numbers (and the same run_id, when there is one) are one point pasted
-    twice: in a least-squares fit it would count double."""
+def _refuse_duplicates(path, columns: list[np.ndarray], run_ids: list) -> None:
+    """Two rows with the same numbers (and the same run_id and seed, when there are) are one point
+    pasted twice: in a least-squares fit it would count double."""
     seen: dict = {}
     for i, key in enumerate(zip(*(c.tolist() for c in columns), run_ids, strict=True)):
         if key in seen:

@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ablate.scaling.bootstrap import DEFAULT_BOOT, Estimate
-from ablate.scaling.calibration import CUT_FRACTIONS, Calibration, calibrate, log_interval, run_sigma, warm_grid
+from ablate.scaling.calibration import (
+    CALIBRATION_BOOT,
+    CUT_FRACTIONS,
+    Calibration,
+    calibrate,
+    log_interval,
+    run_sigma,
+    warm_grid,
+)
 from ablate.scaling.checks import (
     RunNoise,
     Thresholds,
@@ -119,18 +127,21 @@ def fit_predictor(points: Points, opts: FitOptions) -> Forecast:
     fit = fit_approach3(
         points, floor=floor, tie_exponents=opts.tie_exponents, n_boot=opts.n_boot, seed=opts.seed, grid=opts.grid
     )
-    noise = run_noise(points.N, points.D, points.L, opts.noise)
+    noise = run_noise(points.N, points.D, points.L, opts.noise, points.seeds)
     verdict = law_verdict(approach3_facts(fit), noise, opts.thresholds)
     n_params = 4 if opts.tie_exponents else 5
-    sigma = run_sigma(fit.diagnostics.residuals, n_params)
+    sigma = run_sigma(fit.diagnostics.residuals, n_params, noise.interval_floor)
     if fit.converged:
         law = fit.law
+        n_boot = min(opts.n_boot, CALIBRATION_BOOT)  # a refit's curve term, as the interval's own has one
 
         def refit(sub: Points) -> Approach3Fit:
             start = warm_grid(max(law.E, floor or 0.0), law.A, law.B, law.alpha, law.beta)
-            return fit_approach3(sub, floor=floor, tie_exponents=opts.tie_exponents, n_boot=0, grid=start)
+            return fit_approach3(
+                sub, floor=floor, tie_exponents=opts.tie_exponents, n_boot=n_boot, seed=opts.seed, grid=start
+            )
 
-        calibration = calibrate(points, refit, sigma, opts.cut_fractions)
+        calibration = calibrate(points, refit, sigma, opts.cut_fractions, n_params, noise.interval_floor)
     else:
         calibration = Calibration(sigma, None, None)
     samples = fit.bootstrap.usable() if fit.bootstrap is not None else np.empty((0, 5))

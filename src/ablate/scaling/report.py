@@ -422,7 +422,8 @@ def _summary_others(result: FitReport) -> list[str]:
 
 
 def backtest_markdown(bt, title_text: str) -> str:
-    """The backtest's table by distance (backtest.py), for docs and the backtest command."""
+    """The backtest (backtest.py) for docs and the backtest command: the decision in one line, what
+    it rests on as a list with codes, then the table by distance and the cuts."""
 
     def pct(x, digits=0):
         return "-" if x is None else f"{100 * x:.{digits}f}%"
@@ -433,29 +434,37 @@ def backtest_markdown(bt, title_text: str) -> str:
             str(b.n),
             pct(b.coverage),
             pct(b.median_abs_error, 2),
+            pct(b.median_half_width, 2),
+            f"{b.sharpness:.1f}",
             f"{b.levels['trusted']} / {b.levels['wide']} / {b.levels[NOT_DETERMINED]}",
             pct(b.printed_coverage),
-            pct(b.printed_median_width, 1),
         ]
         for b in bt.bins()
     ]
-    lines = [f"# {title_text}", ""]
+    lines = [f"# {title_text}", "", f"**{bt.decision()}**", ""]
+    lines += [f"- {f.text} (`{f.code}`)" for f in bt.findings()] or ["- every target met"]
+    lines.append("")
     lines += _table(
         [
             "decades of compute past the largest fitted run",
             "held-out runs",
             "inside the 95% interval",
             "median abs. error",
+            "median half-width",
+            "half-width / error",
             "trusted / wide / not_determined",
             "printed runs inside",
-            "printed interval width (median)",
         ],
         rows,
     )
-    lines += ["", "| cut: C of the largest fitted run | runs fitted | runs predicted | law | kappa per decade |"]
-    lines += ["|---|---|---|---|---|"]
     lines += [
-        f"| {g(c.C_cut)} | {c.n_fit} | {c.n_held} | {c.law.level if c.law else c.note} | {g(c.kappa)} |"
+        "",
+        "| cut: C of the largest fitted run | runs fitted | runs predicted | law | run sd | kappa per decade |",
+    ]
+    lines += ["|---|---|---|---|---|---|"]
+    lines += [
+        f"| {g(c.C_cut)} | {c.n_fit} | {c.n_held} | {c.law.level if c.law else c.note} | "
+        f"{g(c.run_sigma)} | {g(c.kappa)} |"
         for c in bt.cuts
     ]
     return "\n".join(lines) + "\n"
