@@ -11,7 +11,16 @@ import pytest
 
 from ablate.scaling.analysis import APPROACH3, fit_all
 from ablate.scaling.bootstrap import Estimate
-from ablate.scaling.checks import DEFAULT_NOISE, LawFacts, Thresholds, approach3_facts, law_verdict, run_noise
+from ablate.scaling.checks import (
+    DEFAULT_NOISE,
+    NOISE_FLOOR,
+    LawFacts,
+    Thresholds,
+    approach3_facts,
+    law_verdict,
+    run_noise,
+    runs_off_law,
+)
 from ablate.scaling.chinchilla import fit_approach3
 from ablate.scaling.points import Points
 from ablate.scaling.predict import FitOptions
@@ -99,6 +108,51 @@ def test_run_noise_is_measured_from_repeated_runs():
     assert run_noise(N, D, L, given=0.005).sigma == 0.005
     single = run_noise(np.geomspace(1e6, 1e8, 4), np.full(4, 1e9), np.full(4, 3.0))
     assert single.sigma == DEFAULT_NOISE and single.source.startswith("default")
+
+
+def test_replicates_are_distinct_seeds_and_reruns_of_one_seed_only_floor_the_noise():
+    """Issue 26: reruns of one config agree to 0.01-0.1%; they are not seed-to-seed replicates."""
+    N, D = np.repeat([1e6, 1e7, 1e8], 3), np.full(9, 1e9)
+    seeds = ["0", "1", "2"] * 3
+    L = np.exp(np.log(3.0) + np.tile([-0.02, 0.0, 0.02], 3))
+    by_seed = run_noise(N, D, L, seeds=seeds)
+    assert by_seed.sigma == pytest.approx(0.02) and by_seed.kind == "seeds"
+    # the same seed three times per (N, D), spread 0.04%: reruns; the noise is the floor, said so
+    reruns = run_noise(N, D, np.exp(np.log(3.0) + np.tile([-4e-4, 0.0, 4e-4], 3)), seeds=["0"] * 9)
+    assert reruns.sigma == NOISE_FLOOR and reruns.kind == "floor" and "reruns" in reruns.source
+    assert reruns.measured == pytest.approx(4e-4)
+    # without a seed column, repeats that close are also taken as reruns
+    close = run_noise(N, D, np.exp(np.log(3.0) + np.tile([-4e-4, 0.0, 4e-4], 3)))
+    assert close.sigma == NOISE_FLOOR and close.measured == pytest.approx(4e-4)
+    # two seeds of one (N, D) with reruns of each: the reruns are averaged first, 2 values per group
+    mixed = run_noise(
+        np.repeat([1e6, 1e7], 4),
+        np.full(8, 1e9),
+        np.exp(np.tile([0.0, 1e-4, 0.02, 0.0201], 2)),
+        seeds=["0", "0", "1", "1"] * 2,
+    )
+    assert mixed.sigma == pytest.approx(0.02 / np.sqrt(2), rel=0.01) and "2 degrees" in mixed.source
+
+
+def test_a_tiny_noise_estimate_does_not_make_a_good_law_not_determined():
+    """Residuals of 0.6% (a law that predicts within a few percent) against reruns that agree to 0.04%:
+    judged against the floor, not against the reruns."""
+    r = np.random.default_rng(0).normal(0, 0.006, 25)
+    reruns = run_noise(np.repeat([1e6, 1e7, 1e8], 3), np.full(9, 1e9), np.exp(np.tile([-4e-4, 0.0, 4e-4], 3)))
+    verdict = law_verdict(facts(residuals=r), reruns, TH)
+    assert verdict.usable and "residual_size" not in {x.code for x in verdict.reasons if x.level == NOT_DETERMINED}
+
+
+def test_runs_that_break_the_law_are_named_with_their_size_tokens_and_tokens_per_parameter():
+    r = np.random.default_rng(0).normal(0, 0.004, 25)
+    r[[3, 7]] = [-0.15, -0.06]  # two runs 16% and 6% above the law
+    f = facts(residuals=r)
+    verdict = law_verdict(f, NOISE, TH)
+    (reason,) = [x for x in verdict.reasons if x.code == "residual_size"]
+    named = list(runs_off_law(f, NOISE))
+    assert named == [3, 7]
+    N, D = f.axes["N"][3], f.axes["D"][3]
+    assert f"N={N:.3g}, D={D:.3g} ({D / N:.3g} tokens per parameter) 16% above" in reason.text
 
 
 # --- each check on hand-made facts ------------------------------------------------------------

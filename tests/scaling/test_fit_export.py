@@ -241,3 +241,49 @@ def test_the_terminal_summary_of_a_fit_that_did_not_converge_shows_no_numbers(un
     assert f"{law.A:.4g}" not in text and f"{law.B:.4g}" not in text
     (line,) = [ln for ln in text.splitlines() if ln.startswith("prediction for")]
     assert "not_determined: approach 3 is not determined: DID NOT CONVERGE" in line
+
+
+def test_fit_md_leads_with_the_decision_and_lists_each_reason_once_with_its_code(exported, report):
+    md = (exported[0] / "fit.md").read_text()
+    head = md.split("\n## ")[0].splitlines()
+    assert head[0] == "# Scaling-law fit" and head[2].startswith(
+        f"**Chinchilla approach 3: {report.verdicts[APPROACH3].level}.**"
+    )
+    assert all("Prediction for " in head[2] for _ in report.predictions)
+    listed = [line for line in head[3:] if line.startswith("- ")]
+    assert listed and len(listed) == len(set(listed)) and all("(`" in line for line in listed)
+    # the predictions table names codes, not the reasons' text again
+    table = md.split("## Predictions")[1].split("\n## ")[0]
+    assert all(r.text not in table for p in report.predictions for r in p.verdict.reasons)
+
+
+def test_tied_exponents_print_fixed_values_as_fixed(grid_points, coarse_grid):
+    tied = fit_all(grid_points, options=FitOptions(n_boot=20, grid=coarse_grid, tie_exponents=True))
+    text = summary_text(tied)
+    assert "0.5 (fixed)" in text and "0.5 to 0.5" not in text and "tied to alpha" in text
+
+
+def test_an_E_interval_over_almost_its_whole_range_is_said_in_words(grid_points, coarse_grid):
+    from dataclasses import replace
+
+    from ablate.scaling.bootstrap import Estimate
+    from ablate.scaling.report import parameter_ci
+
+    fit = fit_approach3(grid_points, n_boot=0, grid=coarse_grid)
+    wide = replace(fit, floor=0.0, upper=2.106)
+    text = parameter_ci("E", Estimate(1.5, (1.539e-11, 2.1)), wide)
+    assert "100% of its allowed range 0 to 2.106, not determined by the data" in text
+    assert parameter_ci("E", Estimate(1.5, (1.4, 1.6)), wide) == "1.4 to 1.6"
+
+
+def test_a_not_determined_held_out_prediction_prints_no_number():
+    from ablate.scaling.backtest import HeldOutRun
+    from ablate.scaling.report import held_out_cells
+    from ablate.scaling.verdict import Reason, Verdict
+
+    nd = Verdict.of([Reason("law", NOT_DETERMINED, "approach 3 is not_determined")])
+    run = HeldOutRun(0, 1e9, 2e10, 1.2e20, 2.3, 0.4, 2.345678, 2.1, 2.6, nd)
+    cells = held_out_cells(run, "yes", "no")
+    assert cells[0] == NOT_DETERMINED and not any(ch.isdigit() for c in cells for ch in c)
+    ok = held_out_cells(HeldOutRun(0, 1e9, 2e10, 1.2e20, 2.3, 0.4, 2.345678, 2.1, 2.6, Verdict.of([])), "yes", "no")
+    assert ok[0] == "2.346" and ok[3] == "yes"

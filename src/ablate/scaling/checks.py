@@ -398,6 +398,9 @@ def _residuals(f: LawFacts, noise: RunNoise, th: Thresholds) -> list[Reason]:
                 f"({noise.source.split(' (')[0]}): the law's form does not describe these runs",
             )
         )
+    named = f"; {off_law_text(f, noise)}"
+    if out:
+        out[-1] = Reason(out[-1].code, out[-1].level, out[-1].text + named)
     worst = max((_pattern(r, f.axes[name], name) for name in f.axes), key=lambda p: p[0], default=None)
     if worst is not None and worst[0] > th.trend_sigmas and abs(worst[1]) > noise.sigma / 2:
         t, mean, name, lo, hi = worst
@@ -407,10 +410,37 @@ def _residuals(f: LawFacts, noise: RunNoise, th: Thresholds) -> list[Reason]:
                 "residual_trend",
                 WIDE,
                 f"the runs at {name} {_g(lo)} to {_g(hi)} lie {100 * abs(mean):.2g}% {side} the law on average "
-                f"({t:.1f} standard errors): a pattern the form misses",
+                f"({t:.1f} standard errors): a pattern the form misses" + ("" if out else named),
             )
         )
     return out
+
+
+OFF_LAW_MAX = 3  # runs named when residuals break the law
+
+
+def runs_off_law(f: LawFacts, noise: RunNoise, k_max: int = OFF_LAW_MAX) -> np.ndarray:
+    """Indices of the runs with the largest standardized residuals |r| / s, s = the larger of the noise
+    and the residuals' robust sd (1.4826 x median |r|): those beyond 3 s, at least the largest one, at
+    most k_max, largest first."""
+    r = np.abs(f.residuals)
+    s = max(noise.sigma, 1.4826 * float(np.median(r)))
+    order = np.argsort(-r, kind="stable")
+    k = int(np.clip(np.sum(r > 3 * s), 1, k_max))
+    return order[:k]
+
+
+def off_law_text(f: LawFacts, noise: RunNoise) -> str:
+    """The runs furthest off the law, by name: 'furthest off: N=.., D=.. (D/N ..) 16% above; ...'."""
+    parts = []
+    for i in runs_off_law(f, noise):
+        above = math.exp(-f.residuals[i]) - 1  # residuals are log L_hat - log L
+        side = "above" if above > 0 else "below"
+        where = ", ".join(f"{k}={_g(float(f.axes[k][i]))}" for k in f.design)
+        if set(f.design) == {"N", "D"}:
+            where += f" ({_g(float(f.axes['D'][i] / f.axes['N'][i]))} tokens per parameter)"
+        parts.append(f"{where} {100 * abs(above):.2g}% {side}")
+    return "furthest off the law: " + "; ".join(parts)
 
 
 def _pattern(r: np.ndarray, x: np.ndarray, name: str) -> tuple[float, float, str, float, float]:

@@ -36,6 +36,35 @@ def ci(e: Estimate | None) -> str:
     return "n/a (no bootstrap)" if e is None or e.ci95 is None else f"{g(e.ci95[0])} to {g(e.ci95[1])}"
 
 
+WHOLE_RANGE = 0.9  # an interval over this share of its parameter's allowed range is said to be that range
+
+
+def parameter_ci(name: str, e: Estimate, fit) -> str:
+    """A parameter's 95% interval as text: "(fixed)" for a value the variant fixes (a = b = 0.5 with tied
+    exponents), "tied to alpha" for beta then, and an E interval that covers almost all of its allowed
+    range said in words, not as two numbers that look measured."""
+    if fit.tied and name in ("a", "b"):
+        return "none: tie_exponents fixes it"
+    if fit.tied and name == "beta":
+        return "tied to alpha"
+    if name == "E" and e.ci95 is not None and math.isfinite(fit.upper) and fit.upper > fit.floor:
+        share = (e.ci95[1] - e.ci95[0]) / (fit.upper - fit.floor)
+        if share > WHOLE_RANGE:
+            return (
+                f"{ci(e)}: {100 * share:.0f}% of its allowed range {g(fit.floor)} to {g(fit.upper)}, "
+                "not determined by the data"
+            )
+    return ci(e)
+
+
+def parameter_rows(fit) -> list[list[str]]:
+    """[name, value, 95% interval text] for approach 3's parameters and its exponents a, b."""
+    return [
+        [k, f"{g(v.value)} (fixed)" if fit.tied and k in ("a", "b") else g(v.value), parameter_ci(k, v, fit)]
+        for k, v in {**fit.params, **fit.exponents}.items()
+    ]
+
+
 def duration(seconds: float) -> str:
     for div, unit in ((365.25 * 86400, "years"), (86400, "days"), (3600, "h"), (60, "min")):
         if seconds >= div:
@@ -117,8 +146,7 @@ def _md_approach3(result: FitReport) -> list[str]:
         f"{form} (Hoffmann et al. 2022, approach 3).",
         "",
     ]
-    rows = [[k, g(v.value), ci(v)] for k, v in {**fit.params, **fit.exponents}.items()]
-    lines += _table(["parameter", "value", "95% CI"], rows)
+    lines += _table(["parameter", "value", "95% CI"], parameter_rows(fit))
     lines += [
         "",
         f"E is bounded to {g(fit.floor)} to {g(fit.upper)} (the data's floor, or 0, to the lowest loss); "
@@ -182,8 +210,10 @@ def _md_predictions(result: FitReport) -> list[str]:
     for p in result.predictions:
         loss = "" if p.loss is None else g(p.loss.value)
         interval = "" if p.loss is None else ci(p.loss)
-        rows.append([_target(p), loss, interval, p.verdict.level, p.verdict.because() or "-"])
-    lines += _table(["target", "loss", "95% interval", "verdict", "why"], rows)
+        rows.append(
+            [_target(p), loss, interval, p.verdict.level, ", ".join(f"`{c}`" for c in p.verdict.codes()) or "-"]
+        )
+    lines += _table(["target", "loss", "95% interval", "verdict", "reasons (listed at the top)"], rows)
     for p in result.predictions:
         if p.runs_to_determine:
             lines += [
@@ -191,6 +221,15 @@ def _md_predictions(result: FitReport) -> list[str]:
                 f"Runs that would determine the prediction for {_target(p)}: {runs_text(p.runs_to_determine)}.",
             ]
     return lines
+
+
+def held_out_cells(r, inside: str, outside: str) -> list[str]:
+    """predicted, error, interval, inside, verdict of a held-out run; a not_determined prediction prints
+    that word and no number, as every not_determined prediction does."""
+    if not r.verdict.usable:
+        return [NOT_DETERMINED, "", "", "", NOT_DETERMINED]
+    interval = f"{g(r.lo)} to {g(r.hi)}"
+    return [g(r.predicted), f"{100 * r.rel_error:+.2f}%", interval, inside if r.inside else outside, r.verdict.level]
 
 
 def _md_held_out(result: FitReport) -> list[str]:
@@ -202,20 +241,7 @@ def _md_held_out(result: FitReport) -> list[str]:
     if cut.law is None:
         return lines + [f"The refit could not run: {cut.note}."]
     lines.append(f"The refit's verdict: {cut.law.level}" + (f" ({cut.law.because()})." if cut.law.reasons else "."))
-    rows = [
-        [
-            g(r.N),
-            g(r.D),
-            g(r.C),
-            g(r.actual),
-            g(r.predicted),
-            f"{100 * r.rel_error:+.2f}%",
-            f"{g(r.lo)} to {g(r.hi)}",
-            "yes" if r.inside else "no",
-            r.verdict.level,
-        ]
-        for r in h.runs
-    ]
+    rows = [[g(r.N), g(r.D), g(r.C), g(r.actual), *held_out_cells(r, "yes", "no")] for r in h.runs]
     return (
         lines
         + [""]
@@ -269,10 +295,25 @@ def _md_single(result: FitReport) -> list[str]:
     return lines + _table(["x", "E (95% CI)", "A (95% CI)", "alpha (95% CI)", "points used", "verdict", "why"], rows)
 
 
+def _md_decision(result: FitReport) -> list[str]:
+    """The decision first, in one or two lines (approach 3's verdict, then each prediction's), then
+    its reasons as a list with their codes, each reason once."""
+    verdict = result.verdicts[APPROACH3]
+    head = f"**Chinchilla approach 3: {verdict.level}.**"
+    for p in result.predictions:
+        if p.loss is None:
+            head += f" Prediction for {_target(p)}: {NOT_DETERMINED}."
+        else:
+            head += f" Prediction for {_target(p)}: loss {g(p.loss.value)} ({ci(p.loss)}), {p.verdict.level}."
+    reasons = Verdict.worst(verdict, *(p.verdict for p in result.predictions)).reasons
+    return [head, ""] + ([f"- {r.text} (`{r.code}`, {r.level})" for r in reasons] or ["- no reason against it"])
+
+
 def fit_markdown(result: FitReport) -> str:
     """fit.md: the same results as fit.json, as tables for people."""
     sections = [
-        ["# Scaling-law fit", ""] + _md_data(result),
+        ["# Scaling-law fit", ""] + _md_decision(result),
+        ["## Data", ""] + _md_data(result),
         _md_approach3(result),
         _md_frontier(result),
         _md_predictions(result),
@@ -337,10 +378,7 @@ def _summary_approach3(result: FitReport) -> list[str]:
     form = "L(N, D) = E + A / N^alpha + B / D^beta" + (", alpha = beta" if a3.tied else "")
     lines.append(f"  {form} (converged; {boot})")
     names = {"a": "a (N_opt ~ C^a)", "b": "b (D_opt ~ C^b)"}
-    lines += _rows(
-        [["", "value", "95% CI"]]
-        + [[names.get(k, k), g(v.value), ci(v)] for k, v in {**a3.params, **a3.exponents}.items()]
-    )
+    lines += _rows([["", "value", "95% CI"]] + [[names.get(r[0], r[0]), *r[1:]] for r in parameter_rows(a3)])
     d = a3.diagnostics
     lines.append(
         f"  RMS log residual {d.rms_residual:.3g} over {len(d.residuals)} points; "
@@ -368,19 +406,7 @@ def _summary_held_out(result: FitReport) -> list[str]:
         return lines
     lines += _rows(
         [["N", "D", "actual", "predicted", "error", "95% interval", "", "verdict"]]
-        + [
-            [
-                g(r.N),
-                g(r.D),
-                g(r.actual),
-                g(r.predicted),
-                f"{100 * r.rel_error:+.2f}%",
-                f"{g(r.lo)} to {g(r.hi)}",
-                "inside" if r.inside else "OUTSIDE",
-                r.verdict.level,
-            ]
-            for r in h.runs
-        ]
+        + [[g(r.N), g(r.D), g(r.actual), *held_out_cells(r, "inside", "OUTSIDE")] for r in h.runs]
     )
     return lines
 
