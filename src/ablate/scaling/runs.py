@@ -189,6 +189,7 @@ def _points(used: list[_Used]) -> Points:
     # training seconds = tokens / final/tokens_per_s (the training throughput train.py records)
     speed = [r.data.metrics.get("final/tokens_per_s") for r in runs]
     known = all(v is not None and _usable(v) for v in speed)
+    seeds = [r.data.params.get("train.seed") for r in runs]  # replicates are runs of distinct seeds
     return Points(
         N=np.array([_number(r, "derived.params") for r in runs], float),
         D=np.array([r.data.metrics["tokens"] for r in runs]),
@@ -196,6 +197,7 @@ def _points(used: list[_Used]) -> Points:
         C=np.array([r.data.metrics["flops"] for r in runs]),
         N_non_embedding=None if any(v is None for v in nne) else np.array(nne),
         run_ids=tuple(r.info.run_id for r in runs),
+        seeds=None if any(s is None for s in seeds) else tuple(seeds),
         seconds=np.array([r.data.metrics["tokens"] / v for r, v in zip(runs, speed, strict=True)]) if known else None,
     )
 
