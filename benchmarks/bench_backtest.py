@@ -3,8 +3,8 @@ Epoch's 240 Chinchilla points and on this project's two recorded studies: for ea
 compute, the whole fit (approach 3, its bootstrap, its verdict, the calibration of its intervals)
 sees the runs below the cut and predicts every run above it.
 
-Target (issue 13): on Chinchilla, at least 90% of the held-out runs inside their interval at every
-distance tested, with intervals no wider than they need to be (their median width is reported).
+Targets (issues 13, 26): on Chinchilla, at least 90% of the held-out runs inside their interval at every
+distance tested, and within 1.5 decades a median half-width at most 4 times the median absolute error.
 Coverage is a count and does not depend on the machine; the CPU time is reported beside it.
 Writes benchmarks/results/backtest.json and prints the tables of docs/fitting.md.
 """
@@ -26,6 +26,7 @@ from ablate.scaling.report import backtest_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.9
+SHARPNESS = 4.0  # median half-width over median abs. error within 1.5 decades (issue 26)
 N_BOOT = 200  # per cut's fit: what `ablate backtest` uses by default
 
 
@@ -51,6 +52,8 @@ def main() -> None:
             "coverage": bt.coverage,
             "printed_coverage": bt.printed_coverage,
             "min_coverage_by_distance": min(b.coverage for b in bins) if bins else None,
+            "sharpness_within_1.5_decades": bt.sharpness(1.5),
+            "decision": bt.decision(),
             "by_distance": [b.to_dict() for b in bins],
             "cuts": [c.to_dict() for c in bt.cuts],
         }
@@ -70,8 +73,9 @@ def main() -> None:
         "meets_target": {
             "chinchilla_every_distance": all(b["coverage"] >= TARGET for b in chin["by_distance"]),
             "chinchilla_printed_every_distance": all(
-                b["printed_coverage"] is None or b["printed_coverage"] >= TARGET for b in chin["by_distance"]
+                b["printed"] < 20 or b["printed_coverage"] >= TARGET for b in chin["by_distance"]
             ),
+            "chinchilla_sharp_within_1.5_decades": chin["sharpness_within_1.5_decades"] <= SHARPNESS,
         },
     }
     out = ROOT / "benchmarks" / "results" / "backtest.json"
