@@ -9,6 +9,7 @@ launching process reads those files: the same line works for in-process, paralle
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 import time
@@ -19,6 +20,10 @@ from ablate.files import write_json
 
 _STATUS_FILE: Path | None = None
 STATUS_EVERY_S = 1.0
+# Without a terminal (output piped or sent to a log file) there is no bar: a plain line this often
+# goes to the log (Hydra's job logging: the console and the run's train.log) instead.
+PLAIN_EVERY_S = 30.0
+log = logging.getLogger(__name__)
 _LIVE: set[SweepProgress] = set()  # the sweep lines drawing in this process
 
 
@@ -48,12 +53,18 @@ class RunProgress:
         self.total, self.start, self.last, self.label = total, start, start, label
         self.status_file = _STATUS_FILE
         self.status_at = 0.0
+        self.plain = enabled and (self.bar is None or self.bar.disable)
+        self.began = self.plain_at = time.monotonic()
 
     def update(self, step: int, loss: float, tokens_per_s: float) -> None:
         if self.bar is not None:
             self.bar.update(step - self.last)
             self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
         self.last = step
+        if self.plain and time.monotonic() - self.plain_at >= PLAIN_EVERY_S:
+            self.plain_at = time.monotonic()
+            elapsed = self.plain_at - self.began
+            log.info(plain_line(self.label, step, self.start, self.total, loss, tokens_per_s, elapsed))
         if self.status_file is not None and time.monotonic() - self.status_at >= STATUS_EVERY_S:
             self.status_at = time.monotonic()
             _write_status(
@@ -75,6 +86,21 @@ class RunProgress:
         if self.status_file is not None:  # result.json says how it ended
             self.status_file.unlink(missing_ok=True)
             self.status_file = None
+
+
+def plain_line(label: str, step: int, start: int, total: int, loss: float, tokens_per_s: float, elapsed: float) -> str:
+    """One progress line: step of total, loss, speed, and the time left at this launch's pace."""
+    done = step - start
+    left = (total - step) * elapsed / done if done > 0 else None
+    eta = "" if left is None else f", about {_minutes(left)} left"
+    return (
+        f"{label}: step {step:,}/{total:,} ({step / max(total, 1):.0%}), loss {loss:.3f}, "
+        f"{tokens_per_s:,.0f} tokens/s{eta}"
+    )
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def quiet() -> None:

@@ -1,0 +1,31 @@
+"""run/progress.py: a run without a terminal still says how far it has got."""
+
+from __future__ import annotations
+
+import logging
+
+from ablate.run import progress
+
+
+def test_the_plain_line_gives_step_loss_speed_and_time_left():
+    line = progress.plain_line("medium/fp32", 1024, 0, 4096, 5.1234, 4600.0, elapsed=300.0)
+    assert line == "medium/fp32: step 1,024/4,096 (25%), loss 5.123, 4,600 tokens/s, about 15 min left"
+    resumed = progress.plain_line("nano/fp32", 150, 100, 200, 3.0, 1000.0, elapsed=50.0)
+    assert resumed.endswith("about 50 s left")  # the pace of this launch: 50 steps in 50 s, 50 to go
+
+
+def test_without_a_terminal_a_run_logs_a_line_every_so_often(monkeypatch, caplog):
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
+    caplog.set_level(logging.INFO, logger=progress.__name__)
+    bar = progress.RunProgress(total=10, start=0, enabled=True, label="nano/fp32")  # pytest's stderr: no tty
+    bar.update(5, 2.5, 1000.0)
+    bar.close()
+    assert any("nano/fp32: step 5/10 (50%), loss 2.500" in r.getMessage() for r in caplog.records)
+
+
+def test_a_run_with_progress_off_logs_nothing(monkeypatch, caplog):
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
+    caplog.set_level(logging.INFO, logger=progress.__name__)
+    bar = progress.RunProgress(total=10, start=0, enabled=False, label="nano/fp32")
+    bar.update(5, 2.5, 1000.0)
+    assert not caplog.records
