@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support import DATA, ROOT, SMALL_DATA
+from ablate.scaling.chinchilla import ChinchillaLaw
+from support import DATA, ROOT, SMALL_DATA, TRUE_LAW
 
 CHINCHILLA = DATA / "chinchilla.csv"
 HEADER = "params,tokens,loss\n"
@@ -152,6 +153,32 @@ def test_data_no_law_can_be_trusted_on_gets_one_verdict_line_each(fit, tmp_path,
     assert prediction["verdict"] == "not_determined" and prediction["loss"] is None
     if case == "one_size":
         assert line.startswith("Chinchilla approach 3: not_determined: all points at one N (params)")
+
+
+def short_runs_csv() -> str:
+    """params,tokens,loss: TRUE_LAW at 5 sizes x 5 to 80 tokens per parameter, 0.3% noise, and three of
+    the 5-token runs 4%, 9% and 16% above the law."""
+    law = ChinchillaLaw(**TRUE_LAW)
+    N, tpp = (g.ravel() for g in np.meshgrid(np.geomspace(1e7, 1e9, 5), [5, 10, 20, 40, 80]))
+    D = N * tpp
+    L = law.loss(N, D) * np.exp(np.random.default_rng(0).normal(0, 0.003, N.size))
+    L[[0, 2, 4]] *= [1.04, 1.09, 1.16]  # rows 0, 2, 4: the 5-token runs at 1e7, 1e8, 1e9 parameters
+    return HEADER + "".join(f"{n:g},{d:g},{v:.6g}\n" for n, d, v in zip(N, D, L, strict=True))
+
+
+@pytest.mark.e2e
+def test_runs_that_break_the_law_get_a_refit_without_them_on_the_console(fit, tmp_path):
+    (tmp_path / "p.csv").write_text(short_runs_csv())
+    result = fit(["points=p.csv", "n_boot=40", "held_out=0", "noise=0.005"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    no_warnings(result)
+    a3 = json.loads((tmp_path / "exports" / "p" / "fit.json").read_text())["chinchilla_approach3"]
+    assert a3["verdict"] != "trusted" and a3["without_outliers"]["verdict"] == "trusted"
+    assert sorted(r["N"] for r in a3["without_outliers"]["runs"]) == [1e7, 1e8, 1e9]
+    lines = result.stdout.splitlines()
+    (at,) = [i for i, ln in enumerate(lines) if ln.startswith("  suggestion, not applied: without N=1e+09, D=5e+09 ")]
+    assert lines[at - 1].startswith(f"Chinchilla approach 3: {a3['verdict']}: ")
+    assert lines[at].endswith(": trusted") and lines[at + 1].startswith("    refitted law: E ")
 
 
 @pytest.mark.e2e

@@ -15,17 +15,21 @@ from ablate.scaling.checks import (
     DEFAULT_NOISE,
     NOISE_FLOOR,
     LawFacts,
+    OffLawRun,
     Thresholds,
     approach3_facts,
     law_verdict,
     run_noise,
     runs_off_law,
 )
-from ablate.scaling.chinchilla import fit_approach3
+from ablate.scaling.chinchilla import ChinchillaLaw, fit_approach3
+from ablate.scaling.export import fit_dict
+from ablate.scaling.offlaw import removable
 from ablate.scaling.points import Points
 from ablate.scaling.predict import FitOptions
-from ablate.scaling.report import summary_text
+from ablate.scaling.report import fit_markdown, summary_text
 from ablate.scaling.verdict import NOT_DETERMINED, TRUSTED, WIDE
+from support import TRUE_LAW
 
 SIZES = np.geomspace(1e6, 1e8, 5)
 TOKENS = np.geomspace(1e8, 1e10, 5)
@@ -238,3 +242,100 @@ def test_a_floor_passed_to_the_fit_counts_as_known_even_when_the_points_carry_no
     facts = approach3_facts(fit_approach3(points, floor=floor, n_boot=0, grid=coarse_grid))
     assert facts.floor_known is known
     assert facts.E_bounds[0] == (floor or 0.0)
+
+
+# --- the law refitted without the runs furthest off it ---------------------------------------------
+
+SHORT = 5  # tokens per parameter of the corrupted runs: very short runs, as on the ladder issue 26 names
+RAISED = (1.04, 1.09, 1.16)  # how far above the law each corrupted run is put
+
+
+def short_runs_ladder(raised: tuple[float, ...]) -> tuple[Points, np.ndarray]:
+    """TRUE_LAW at 5 sizes x 5, 10, 20, 40, 80 tokens per parameter with 0.3% noise; the 5-token runs
+    at the smallest, middle and largest size raised by `raised` (none: a clean law). Returns the points
+    and the corrupted rows."""
+    law = ChinchillaLaw(**TRUE_LAW)
+    N, tpp = (g.ravel() for g in np.meshgrid(np.geomspace(1e7, 1e9, 5), [SHORT, 10, 20, 40, 80]))
+    D = N * tpp
+    L = law.loss(N, D) * np.exp(np.random.default_rng(0).normal(0, 0.003, N.size))
+    bad = np.flatnonzero(tpp == SHORT)[[0, 2, 4]][: len(raised)]
+    L[bad] *= raised
+    return Points(N, D, L), bad
+
+
+def fit_with_noise(points: Points, coarse_grid):
+    """approach 3 alone; the noise given (0.5%), as seeds would measure it, so that a 4% run is off."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        options = FitOptions(n_boot=40, grid=coarse_grid, noise=0.005)
+        return fit_all(points, options=options, single=(), approach2=False)
+
+
+@pytest.fixture(scope="module")
+def short_runs(coarse_grid):
+    points, bad = short_runs_ladder(RAISED)
+    return fit_with_noise(points, coarse_grid), bad
+
+
+def test_runs_that_break_the_law_are_left_out_of_a_suggested_refit_that_is_trusted(short_runs):
+    report, bad = short_runs
+    verdict = report.verdicts[APPROACH3]
+    assert verdict.level != TRUSTED and "residual_size" in verdict.codes()
+    assert [r.index for r in report.off_law] == [bad[2], bad[1], bad[0]]  # 16%, 9%, 4% above: largest first
+    s = report.without_off_law
+    assert s is not None and [r.index for r in s.runs] == [r.index for r in report.off_law]
+    assert all(r.tokens_per_param == pytest.approx(SHORT) and r.above > 0.02 and r.residual_sd > 3 for r in s.runs)
+    assert len(s.fit.points) == len(report.points) - 3 and s.fit.converged
+    assert s.verdict.level == TRUSTED, s.verdict
+    assert s.fit.law.alpha == pytest.approx(TRUE_LAW["alpha"], abs=0.03)
+    assert s.fit.law.beta == pytest.approx(TRUE_LAW["beta"], abs=0.03)
+    # a suggestion, not applied: the law, its verdict and its predictions keep every run
+    assert len(report.approach3.points) == len(report.points) and report.predictor.verdict == verdict
+    text = summary_text(report)
+    lines = text.splitlines()
+    assert lines[0].startswith(f"Chinchilla approach 3: {verdict.level}: ")
+    assert lines[1].startswith("  suggestion, not applied: without N=1e+09, D=5e+09 (5 tokens per parameter, ")
+    assert lines[1].endswith(": trusted") and lines[2] == f"    refitted law: {s.params_line()}"
+
+
+def test_the_runs_and_the_refit_are_data_in_fit_json_and_a_section_of_fit_md(short_runs):
+    report, bad = short_runs
+    a3 = fit_dict(report)[APPROACH3]
+    named = [(r["N"], r["D"], r["tokens_per_param"]) for r in a3["off_law_runs"]]
+    assert named == [(report.points.N[i], report.points.D[i], pytest.approx(SHORT)) for i in (bad[2], bad[1], bad[0])]
+    assert all(r["residual_sd"] > 3 for r in a3["off_law_runs"])
+    w = a3["without_outliers"]
+    assert w["runs"] == a3["off_law_runs"] and w["verdict"] == TRUSTED and w["reasons"] == []
+    assert w["applied"] is False and w["n_points"] == 22
+    assert w["params"]["alpha"]["value"] == pytest.approx(report.without_off_law.fit.law.alpha)
+    md = fit_markdown(report)
+    section = md.split("## Chinchilla approach 3\n", 1)[1]
+    reasons, rest = section.split("### Without the runs furthest off the law\n", 1)
+    assert "(`residual_size`)" in reasons  # right after the verdict's reasons
+    assert rest.index("approach 3 is **trusted**") < rest.index("| 1e+09 | 5e+09 | 5 | ") < rest.index("L(N, D) = ")
+
+
+def test_a_clean_law_gets_no_suggestion(coarse_grid):
+    points, _ = short_runs_ladder(())
+    report = fit_with_noise(points, coarse_grid)
+    assert report.verdicts[APPROACH3].level == TRUSTED
+    assert report.off_law == () and report.without_off_law is None
+    a3 = fit_dict(report)[APPROACH3]
+    assert a3["off_law_runs"] == [] and a3["without_outliers"] is None
+    assert "suggestion" not in summary_text(report) and "Without the runs furthest off" not in fit_markdown(report)
+
+
+def test_runs_are_left_out_only_while_approach_3_can_still_be_fitted():
+    """7 runs at 3 sizes: leaving out one keeps 6 points, a second would leave 5 (approach 3 needs 6);
+    a run that is the only one at its size cannot go either (3 distinct N are needed)."""
+    N = np.array([1e6, 1e6, 1e6, 1e7, 1e7, 1e8, 1e8])
+    D = np.array([1e8, 1e9, 1e10, 1e8, 1e9, 1e10, 1e9])
+    points = Points(N, D, np.full(7, 3.0))
+
+    def run(i: int) -> OffLawRun:
+        return OffLawRun(i, {"N": float(N[i]), "D": float(D[i])}, 0.1, 5.0)
+
+    assert [r.index for r in removable(points, (run(0), run(3), run(5)))] == [0]
+    lone = Points(np.r_[N[:5], 1e8, 1e6, 1e7], np.r_[D[:5], 1e10, 3e9, 3e8], np.full(8, 3.0))  # one run at 1e8
+    assert removable(lone, (run(5),)) == ()
+    assert [r.index for r in removable(lone, (run(0), run(5)))] == [0]  # the largest that can go, alone

@@ -16,6 +16,7 @@ from ablate.scaling.approach2 import BUDGET_TOL_DECADES, WINDOW_DECADES, fit_app
 from ablate.scaling.backtest import Backtest, held_out
 from ablate.scaling.bootstrap import Estimate
 from ablate.scaling.checks import (
+    OffLawRun,
     RunNoise,
     Thresholds,
     law_verdict,
@@ -24,6 +25,7 @@ from ablate.scaling.checks import (
 )
 from ablate.scaling.chinchilla import Approach3Fit, e_bounds
 from ablate.scaling.frontier import Frontier, FrontierFit
+from ablate.scaling.offlaw import REFIT_BOOT, WithoutRuns, named_runs, refit_without
 from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN, FitInputError, Points, RunCurve
 from ablate.scaling.predict import (
     TOKENS_PER_PARAM_RULE,
@@ -59,6 +61,8 @@ class FitReport:
     entropy_floor: FloorComparison | None
     verdicts: dict[str, Verdict]  # method (fit.json key) -> its verdict, for every method tried
     skipped: dict[str, str] = field(default_factory=dict)  # method -> why it could not run on these data
+    off_law: tuple[OffLawRun, ...] = ()  # the runs approach 3's verdict names as breaking the law
+    without_off_law: WithoutRuns | None = None  # approach 3 refitted without them: a suggestion, not applied
 
     @property
     def converged(self) -> bool:
@@ -121,6 +125,9 @@ def fit_all(
     if forecast is not None:
         a3, predictor, noise = forecast.fit, forecast.predictor, forecast.noise
         verdicts[APPROACH3] = predictor.verdict
+    off_law = named_runs(a3, predictor.verdict, noise) if a3 is not None else ()
+    refit_boot = min(opts.n_boot, REFIT_BOOT)  # n_boot=0 asks for no bootstrap, here too
+    without = refit_without(a3, off_law, opts.thresholds, opts.noise, opts.seed, refit_boot) if off_law else None
 
     singles = {}
     for v in single:
@@ -169,7 +176,22 @@ def fit_all(
         front = None
     floor_cmp = compare_floor(a3.params["E"], floor) if floor is not None and a3 is not None and a3.converged else None
     return FitReport(
-        points, opts, noise, a3, predictor, a1, a2, singles, front, predictions, held, floor_cmp, verdicts, skipped
+        points,
+        opts,
+        noise,
+        a3,
+        predictor,
+        a1,
+        a2,
+        singles,
+        front,
+        predictions,
+        held,
+        floor_cmp,
+        verdicts,
+        skipped,
+        off_law,
+        without,
     )
 
 

@@ -417,30 +417,86 @@ def _residuals(f: LawFacts, noise: RunNoise, th: Thresholds) -> list[Reason]:
 
 
 OFF_LAW_MAX = 3  # runs named when residuals break the law
+BREAKS_LAW = ("residual_size", "residual_trend")  # the reasons that name the runs furthest off the law
+
+
+def breaks_law(v: Verdict) -> bool:
+    """Whether runs break the law: a residual reason among the verdict's (each is wide or worse)."""
+    return any(r.code in BREAKS_LAW for r in v.reasons)
+
+
+@dataclass(frozen=True)
+class OffLawRun:
+    """One run far off the law: its row in the fitted points, where it lies (the law's design axes,
+    e.g. N and D), the share it lies above the law (L / L_hat - 1, negative below) and its
+    standardized residual (log L - log L_hat) / s, s as in runs_off_law (positive above)."""
+
+    index: int
+    at: dict[str, float]
+    above: float
+    residual_sd: float
+
+    @property
+    def tokens_per_param(self) -> float | None:
+        return self.at["D"] / self.at["N"] if {"N", "D"} <= set(self.at) else None
+
+    def where(self) -> str:
+        """'N=.., D=.. (.. tokens per parameter)'."""
+        text = ", ".join(f"{k}={_g(v)}" for k, v in self.at.items())
+        tpp = self.tokens_per_param
+        return text if tpp is None else f"{text} ({_g(tpp)} tokens per parameter)"
+
+    def described(self) -> str:
+        """'N=.., D=.. (.. tokens per parameter, 16% above)'."""
+        text = ", ".join(f"{k}={_g(v)}" for k, v in self.at.items())
+        tpp = self.tokens_per_param
+        return f"{text} ({'' if tpp is None else f'{_g(tpp)} tokens per parameter, '}{self.how_far()})"
+
+    def how_far(self) -> str:
+        """'16% above' or '8.9% below'."""
+        return f"{100 * abs(self.above):.2g}% {'above' if self.above > 0 else 'below'}"
+
+    def to_dict(self) -> dict:
+        return {
+            **self.at,
+            "tokens_per_param": self.tokens_per_param,
+            "above": self.above,
+            "residual_sd": self.residual_sd,
+        }
+
+
+def residual_scale(f: LawFacts, noise: RunNoise) -> float:
+    """s, what a residual is standardized by: the larger of the noise and the residuals' robust sd
+    (1.4826 x median |r|, the normal's sd from its median absolute deviation about 0)."""
+    return max(noise.sigma, 1.4826 * float(np.median(np.abs(f.residuals))))
 
 
 def runs_off_law(f: LawFacts, noise: RunNoise, k_max: int = OFF_LAW_MAX) -> np.ndarray:
-    """Indices of the runs with the largest standardized residuals |r| / s, s = the larger of the noise
-    and the residuals' robust sd (1.4826 x median |r|): those beyond 3 s, at least the largest one, at
-    most k_max, largest first."""
+    """Indices of the runs with the largest standardized residuals |r| / s (residual_scale): those
+    beyond 3 s, at least the largest one, at most k_max, largest first."""
     r = np.abs(f.residuals)
-    s = max(noise.sigma, 1.4826 * float(np.median(r)))
     order = np.argsort(-r, kind="stable")
-    k = int(np.clip(np.sum(r > 3 * s), 1, k_max))
+    k = int(np.clip(np.sum(r > 3 * residual_scale(f, noise)), 1, k_max))
     return order[:k]
+
+
+def off_law_runs(f: LawFacts, noise: RunNoise) -> tuple[OffLawRun, ...]:
+    """The runs of runs_off_law as data, largest standardized residual first."""
+    s = residual_scale(f, noise)
+    return tuple(
+        OffLawRun(
+            int(i),
+            {k: float(f.axes[k][i]) for k in f.design},
+            float(math.exp(-f.residuals[i]) - 1),  # residuals are log L_hat - log L
+            float(-f.residuals[i] / s),
+        )
+        for i in runs_off_law(f, noise)
+    )
 
 
 def off_law_text(f: LawFacts, noise: RunNoise) -> str:
     """The runs furthest off the law, by name: 'furthest off: N=.., D=.. (D/N ..) 16% above; ...'."""
-    parts = []
-    for i in runs_off_law(f, noise):
-        above = math.exp(-f.residuals[i]) - 1  # residuals are log L_hat - log L
-        side = "above" if above > 0 else "below"
-        where = ", ".join(f"{k}={_g(float(f.axes[k][i]))}" for k in f.design)
-        if set(f.design) == {"N", "D"}:
-            where += f" ({_g(float(f.axes['D'][i] / f.axes['N'][i]))} tokens per parameter)"
-        parts.append(f"{where} {100 * abs(above):.2g}% {side}")
-    return "furthest off the law: " + "; ".join(parts)
+    return "furthest off the law: " + "; ".join(f"{r.where()} {r.how_far()}" for r in off_law_runs(f, noise))
 
 
 def _pattern(r: np.ndarray, x: np.ndarray, name: str) -> tuple[float, float, str, float, float]:

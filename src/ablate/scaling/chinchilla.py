@@ -109,6 +109,14 @@ def e_bounds(points: Points, floor: float | None, law_name: str) -> tuple[float,
     return float(floor), upper
 
 
+def require_approach3(points: Points) -> None:
+    """What approach 3 needs of its points (FitInputError otherwise): 6 runs, 3 distinct N and D."""
+    law_name = "Chinchilla approach 3"
+    require_count(len(points), 6, law_name)
+    require_distinct(points.N, 3, "N (params)", law_name)
+    require_distinct(points.D, 3, "D (tokens)", law_name)
+
+
 def fit_approach3(
     points: Points,
     *,
@@ -127,9 +135,7 @@ def fit_approach3(
     (`floor`: the data's known lowest loss); tie_exponents fits one exponent alpha = beta."""
     tol = tol or Tolerances()
     law_name = "Chinchilla approach 3"
-    require_count(len(points), 6, law_name)
-    require_distinct(points.N, 3, "N (params)", law_name)
-    require_distinct(points.D, 3, "D (tokens)", law_name)
+    require_approach3(points)
     F, U = e_bounds(points, floor, law_name)
     tie = (0, 0) if tie_exponents else (0, 1)
     loss = LseHuber(np.log(np.stack([points.N, points.D])), np.log(points.L), delta, F, U, tie)

@@ -109,6 +109,9 @@ def _approach3_dict(result: FitReport) -> dict:
         "thresholds": opts.thresholds.to_dict(),
         "diagnostics": fit.diagnostics.to_dict(),
         "bootstrap": None if fit.bootstrap is None else _with_samples(fit),
+        # the runs the verdict names as breaking the law, and the law refitted without them (offlaw.py)
+        "off_law_runs": [r.to_dict() for r in result.off_law],
+        "without_outliers": None if result.without_off_law is None else result.without_off_law.to_dict(),
     }
     if not ok:
         doc["last_iterate"] = dict(zip(fit.law.NAMES, fit.law.as_array().tolist(), strict=True))

@@ -112,6 +112,17 @@ def _target(p: Prediction) -> str:
     return f"N={g(p.N.value)}, D={g(p.D.value)} (C={g(p.C)})"
 
 
+def suggestion_lines(result: FitReport) -> list[str]:
+    """Approach 3 refitted without the runs furthest off the law (offlaw.py), for the console: the runs
+    and the refit's verdict line, then its parameters when that verdict is usable; empty without one."""
+    s = result.without_off_law
+    if s is None:
+        return []
+    runs = "; ".join(r.described() for r in s.runs)
+    lines = [f"  suggestion, not applied: {s.verdict.line(f'without {runs}', CONSOLE_REASONS)}"]
+    return lines + ([f"    refitted law: {s.params_line()}"] if s.verdict.usable else [])
+
+
 # ---------------------------------------------------------------------------------------------
 # fit.md
 # ---------------------------------------------------------------------------------------------
@@ -143,6 +154,7 @@ def _md_approach3(result: FitReport) -> list[str]:
         "",
         *_md_verdict(verdict),
         "",
+        *_md_without(result),
         f"{form} (Hoffmann et al. 2022, approach 3).",
         "",
     ]
@@ -175,6 +187,26 @@ def _md_approach3(result: FitReport) -> list[str]:
             [[g(c.C_cut), str(c.n_fit), str(c.n_held), g(c.reach), g(c.drift), c.note or ""] for c in cal.cuts],
         )
     return lines
+
+
+def _md_without(result: FitReport) -> list[str]:
+    """The refit without the runs furthest off the law, as a suggestion: the runs, its verdict with its
+    reasons, its parameters when usable (empty without one)."""
+    s = result.without_off_law
+    if s is None:
+        return []
+    n = len(s.runs)
+    head = (
+        f"A suggestion, not applied (the fit above keeps every run): refitted without the {n} run"
+        f"{'s' if n > 1 else ''} with the largest standardized residuals, approach 3 is **{s.verdict.level}**"
+    )
+    head += f" ({s.params_line()})." if s.verdict.usable else "."
+    rows = [[g(r.at["N"]), g(r.at["D"]), g(r.tokens_per_param), r.how_far(), f"{r.residual_sd:+.1f}"] for r in s.runs]
+    lines = ["### Without the runs furthest off the law", "", head, ""]
+    lines += _table(["N", "D", "tokens per parameter", "off the law", "standardized residual"], rows)
+    if s.verdict.reasons:
+        lines += [""] + [f"- {r.text} (`{r.code}`)" for r in s.verdict.reasons]
+    return lines + [""]
 
 
 def _md_frontier(result: FitReport) -> list[str]:
@@ -305,6 +337,11 @@ def _md_decision(result: FitReport) -> list[str]:
             head += f" Prediction for {_target(p)}: {NOT_DETERMINED}."
         else:
             head += f" Prediction for {_target(p)}: loss {g(p.loss.value)} ({ci(p.loss)}), {p.verdict.level}."
+    if result.without_off_law is not None:
+        head += (
+            f" Without the runs furthest off the law: {result.without_off_law.verdict.level}"
+            " (a suggestion, not applied; see approach 3)."
+        )
     reasons = Verdict.worst(verdict, *(p.verdict for p in result.predictions)).reasons
     return [head, ""] + ([f"- {r.text} (`{r.code}`, {r.level})" for r in reasons] or ["- no reason against it"])
 
@@ -373,6 +410,7 @@ def _summary_approach3(result: FitReport) -> list[str]:
         else f"{int(a3.bootstrap.converged.sum())} of {a3.bootstrap.n_resamples} bootstrap resamples converged"
     )
     lines = [verdict.line("Chinchilla approach 3", CONSOLE_REASONS)]
+    lines += suggestion_lines(result)
     if not verdict.usable:
         return lines + ["  (parameters and diagnostics in fit.md and fit.json)"]
     form = "L(N, D) = E + A / N^alpha + B / D^beta" + (", alpha = beta" if a3.tied else "")
