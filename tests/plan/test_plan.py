@@ -339,6 +339,10 @@ def test_a_not_determined_fit_falls_back_to_twenty_tokens_per_param(tmp_path, la
     assert f"each on one {p.hardware.name}, ${dollars:,.2g} for all 3" in row
     gap = math.log10(p.flops / run.C)
     assert gap > 1 and f"stay {gap:.1f} decades past them" in row
+    assert "tokens available" not in row  # no data limit given: none said
+    short = make(fit=fit, data={"tokens_available": 1e6})
+    most = max(r.D for r in short.alternative.runs_to_determine)
+    assert f"D up to {most / 1e6:,.0f}x the 1e+06 tokens available" in plan_render.render_table(short)
     doc = plan_render.plan_dict(p)
     assert doc["predicted_loss"]["value"] is None and doc["compute_optimal"]["from_rule"] is True
 

@@ -133,6 +133,10 @@ def _runs(runs, p: Plan) -> str:
         parts.append(f"{_seconds(step.seconds)} each on one {p.hardware.name}")
         if p.hardware.price_per_hour:
             parts.append(f"${len(runs) * step.seconds / 3600 * p.hardware.price_per_hour:,.2g} for all {len(runs)}")
+    available = p.plan.data.tokens_available
+    most = max(r.D for r in runs)
+    if available and most > available:
+        parts.append(f"D up to {most / available:,.0f}x the {available:.3g} tokens available")
     gap = math.log10(p.flops / step.C) if step.C > 0 else 0.0
     if gap > 0.05:
         parts.append(f"a step only: this run's {p.flops:.3g} FLOPs stay {gap:.1f} decades past them")
