@@ -50,8 +50,12 @@ def test_the_target_is_predicted_then_trained_then_recorded_once(study):
     section = "\n".join(_target_section(study, spec))
     assert "made before the target was trained" in section and f"{doc['actual']:.4f}" in section
 
+    assert "rewritten since" not in section
+
     assert run_target(study, spec) == 0  # relaunched: the prediction stays, the run is skipped
     assert json.loads((study / PREDICTION_FILE).read_text()) == doc
+    (study / "fit" / "fit.json").write_text((study / "fit" / "fit.json").read_text() + "\n")  # a later refit
+    assert "has been rewritten since" in "\n".join(_target_section(study, spec))
 
 
 def test_a_target_without_its_fit_or_overrides_is_refused(tmp_path):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import hashlib
 import io
 import json
 import re
@@ -216,8 +217,21 @@ def _target_section(study_dir: Path, study: dict) -> list[str]:
         f"trained by `{cmd}`.",
         "",
         *render(doc),
+        *_fit_changed(path.parent / doc["fit"], doc["fit_sha256"]),
         "",
     ]
+
+
+def _fit_changed(fit: Path, sha256: str) -> list[str]:
+    """A line when the fit has been rewritten since the prediction (a later analysis): the prediction
+    stands as it was made, from the fit whose hash it records."""
+    try:
+        now = hashlib.sha256(fit.read_bytes()).hexdigest()
+    except OSError:
+        return ["", f"The fit it was made from is no longer at `{fit.name}`; the prediction stands as made."]
+    if now == sha256:
+        return []
+    return ["", f"`{fit.name}` has been rewritten since (sha256 {now[:12]}); the prediction stands as made."]
 
 
 def refresh(study_dir: Path, study: dict, just_run: bool = False) -> Path:
