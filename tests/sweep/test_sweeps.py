@@ -307,7 +307,7 @@ def test_summary_of_a_size_by_tokens_grid(tmp_path):
     assert not (tmp_path / "loss_vs_flops.png").exists()  # no MLflow store: no curves to draw
     lines = (tmp_path / "points.csv").read_text().splitlines()
     assert lines[0] == (
-        "params,tokens,loss,flops,params_non_embedding,train_s,entropy_floor,run_id,label,model,train.tokens"
+        "params,tokens,loss,flops,params_non_embedding,train_s,entropy_floor,run_id,bpb,seed,label,model,train.tokens"
     )
     assert len(lines) == 1 + 6
     assert lines[1].endswith(",nano,65536")  # the swept keys, for `ablate compare points=... arm=model`
