@@ -68,9 +68,11 @@ def corpus_files(paths, glob: str) -> Iterator[Path]:
             except (ValueError, NotImplementedError) as exc:  # pathlib rejects e.g. '' and 'a/**b'
                 raise ConfigError(f"data.glob={glob!r} is invalid: {exc} (valid: e.g. '**/*.txt')") from None
         else:
+            # a packaged corpus (data=debian_docs) is missing when its packages are
+            packaged = "; `make corpus` installs data=debian_docs's packages" if str(path).startswith("/usr/") else ""
             raise ConfigError(
-                f"data.paths has {str(entry)!r}, which does not exist (valid: existing files or folders, or stdlib; "
-                "data=debian_docs reads Debian packages that `make corpus` installs)"
+                f"data.paths has {str(entry)!r}, which does not exist "
+                f"(valid: existing files or folders, or stdlib{packaged})"
             )
 
 
