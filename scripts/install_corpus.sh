@@ -7,15 +7,5 @@ packages=()
 for p in linux-doc-6.1 python3.11-doc perl-doc; do
     dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || packages+=("$p")
 done
-if [ ${#packages[@]} -eq 0 ]; then
-    exit 0
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || { echo "error: installing ${packages[*]} needs root or sudo" >&2; exit 1; }
-    SUDO="sudo"
-fi
-echo "installing the corpus of data=debian_docs: ${packages[*]} (about 60 MB to download)"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q >/dev/null
-$SUDO apt-get install -y -q --no-install-recommends "${packages[@]}" >/dev/null
+[ ${#packages[@]} -eq 0 ] || echo "installing the corpus of data=debian_docs: ${packages[*]} (about 60 MB to download)"
+bash "$(dirname "$0")/apt_install.sh" "${packages[@]}"

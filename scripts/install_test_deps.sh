@@ -8,14 +8,4 @@ command -v chromium >/dev/null 2>&1 || packages+=(chromium)
 # PostgreSQL for the reliability suite's load test (an MLflow server backed by PostgreSQL).
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || packages+=(postgresql)
 
-if [ ${#packages[@]} -eq 0 ]; then
-    exit 0
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || { echo "error: installing ${packages[*]} needs root or sudo" >&2; exit 1; }
-    SUDO="sudo"
-fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${packages[@]}"
+bash "$(dirname "$0")/apt_install.sh" "${packages[@]}"

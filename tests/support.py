@@ -55,3 +55,24 @@ def run_config(path: Path, tracking: str = "none", **overrides):
         else:
             tree[section] = value
     return parse_run(tree)
+
+
+def one_line_error(result) -> str:
+    """The one `error: ...` line of a command that exited 2 with no traceback (the bad-input contract)."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def law_points_csv(seed: int) -> str:
+    """points.csv text of TRUE_LAW over 5 sizes (2e4 to 2e5) x 5 budgets (5e3 to 1e5), 1% log noise."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    rows = ["params,tokens,loss"]
+    for N in np.geomspace(2e4, 2e5, 5):
+        for D in np.geomspace(5e3, 1e5, 5):
+            law = TRUE_LAW["E"] + TRUE_LAW["A"] / N ** TRUE_LAW["alpha"] + TRUE_LAW["B"] / D ** TRUE_LAW["beta"]
+            rows.append(f"{N:.0f},{D:.0f},{law * np.exp(rng.normal(0, 0.01)):.6f}")
+    return "\n".join(rows) + "\n"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ablate.scaling.chinchilla import ChinchillaLaw
-from support import DATA, ROOT, SMALL_DATA, TRUE_LAW
+from support import DATA, ROOT, SMALL_DATA, TRUE_LAW, one_line_error
 
 CHINCHILLA = DATA / "chinchilla.csv"
 HEADER = "params,tokens,loss\n"
@@ -26,13 +26,6 @@ def fit(cli):
         return cli(args, cwd, timeout=timeout, command="fit")
 
     return run
-
-
-def one_line_error(result) -> str:
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    return lines[0]
 
 
 # --- points=FILE.csv --------------------------------------------------------------------------

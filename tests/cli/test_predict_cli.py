@@ -6,32 +6,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from support import SMALL_DATA, TRUE_LAW
+from support import SMALL_DATA, law_points_csv, one_line_error
 
 TARGET = ["model=nano", "train.steps=6", "tracking=none", *SMALL_DATA]
-
-
-def one_line_error(result) -> str:
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
 def fitted(cli, tmp_path_factory) -> Path:
     """fit.json of a known law over the sizes and budgets around a nano run, 1% noise."""
     cwd = tmp_path_factory.mktemp("predict")
-    rng = np.random.default_rng(0)
-    rows = ["params,tokens,loss"]
-    for N in np.geomspace(2e4, 2e5, 5):
-        for D in np.geomspace(5e3, 1e5, 5):
-            law = TRUE_LAW["E"] + TRUE_LAW["A"] / N ** TRUE_LAW["alpha"] + TRUE_LAW["B"] / D ** TRUE_LAW["beta"]
-            rows.append(f"{N:.0f},{D:.0f},{law * np.exp(rng.normal(0, 0.01)):.6f}")
-    (cwd / "points.csv").write_text("\n".join(rows) + "\n")
+    (cwd / "points.csv").write_text(law_points_csv(seed=0))
     result = cli(["points=points.csv", "n_boot=20", "held_out=0", "out=fit"], cwd, command="fit")
     assert result.returncode == 0, result.stdout + result.stderr
     return cwd

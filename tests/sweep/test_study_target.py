@@ -6,31 +6,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from ablate.config import ConfigError
 from ablate.sweep.study import PREDICTION_FILE, _target_section, load_study, run_target
-from support import SMALL_DATA, TRUE_LAW
+from support import SMALL_DATA, law_points_csv
 
 TARGET = ["model=nano", "train.steps=6", *SMALL_DATA]
-
-
-def write_points(path: Path) -> None:
-    rng = np.random.default_rng(1)
-    rows = ["params,tokens,loss"]
-    for N in np.geomspace(2e4, 2e5, 5):
-        for D in np.geomspace(5e3, 1e5, 5):
-            law = TRUE_LAW["E"] + TRUE_LAW["A"] / N ** TRUE_LAW["alpha"] + TRUE_LAW["B"] / D ** TRUE_LAW["beta"]
-            rows.append(f"{N:.0f},{D:.0f},{law * np.exp(rng.normal(0, 0.01)):.6f}")
-    path.write_text("\n".join(rows) + "\n")
 
 
 @pytest.fixture
 def study(tmp_path, cli) -> Path:
     d = tmp_path / "study"
     d.mkdir()
-    write_points(d / "points.csv")
+    (d / "points.csv").write_text(law_points_csv(seed=1))
     fitted = cli(["points=points.csv", "n_boot=20", "held_out=0", "out=fit"], d, command="fit")
     assert fitted.returncode == 0, fitted.stdout + fitted.stderr
     (d / "study.yaml").write_text(
