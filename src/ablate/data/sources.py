@@ -34,7 +34,8 @@ class TokenData:
     packages: dict | None = None
 
     def provenance(self) -> dict:
-        """What result.json and MLflow record of the data: kind, name, fingerprint, packages."""
+        """name, fingerprint and packages: what result.json, MLflow and a prediction record of the data
+        (beside the config's kind)."""
         return {"name": self.name, "fingerprint": self.fingerprint, "packages": self.packages or {}}
 
 

@@ -74,7 +74,7 @@ def make_prediction(prepared: Prepared, fit_path: Path, overrides: list[str], ou
         "fit": os.path.relpath(Path(fit_path).resolve(), Path(out).resolve().parent),
         "fit_sha256": hashlib.sha256(Path(fit_path).read_bytes()).hexdigest(),
         "commit": code_version()["git.commit"],
-        "data": {"kind": cfg.data.kind, "name": prepared.data.name, "fingerprint": prepared.data.fingerprint},
+        "data": {"kind": cfg.data.kind, **prepared.data.provenance()},
         "bytes_per_token": bpt,
         "made_at": now(),
         **{k: None for k in OUTCOME_KEYS},

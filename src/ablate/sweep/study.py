@@ -176,29 +176,21 @@ def run_study(study_dir: Path, study: dict, extra: list[str]) -> int:
 
 def run_target(study_dir: Path, study: dict) -> int:
     """Predict the study's target (once), train it, record its outcome; the first non-zero exit code."""
+    from ablate.sweep.prediction import read_prediction
+
     target = study["target"]
     out = study_dir / PREDICTION_FILE
+    if out.is_file() and read_prediction(out).get("actual") is not None:
+        return 0  # predicted, trained and recorded: nothing is left to do
     args = target_command(study_dir, target)
-    steps = []
-    if not out.is_file():
-        steps.append(["predict", f"fit={study_dir / target['fit']}", f"out={out}", *args])
-    steps.append(args)
-    steps.append(["predict", "--outcome", str(study_dir / TARGET_SUBDIR), f"out={out}"])
+    steps = [] if out.is_file() else [["predict", f"fit={study_dir / target['fit']}", f"out={out}", *args]]
+    steps += [args, ["predict", "--outcome", str(study_dir / TARGET_SUBDIR), f"out={out}"]]
     for step in steps:
-        if step[0] == "predict" and "--outcome" in step and _outcome_recorded(out):
-            continue
         print("+ python -m ablate " + " ".join(shlex.quote(x) for x in step), file=sys.stderr)
         code = subprocess.run([sys.executable, "-m", "ablate", *step], cwd=ROOT).returncode
         if code:
             return code
     return 0
-
-
-def _outcome_recorded(path: Path) -> bool:
-    try:
-        return json.loads(path.read_text()).get("actual") is not None
-    except (OSError, ValueError):
-        return False
 
 
 def _target_section(study_dir: Path, study: dict) -> list[str]:
