@@ -65,6 +65,17 @@ def check_fits(data: TokenData, block_size: int) -> None:
             )
 
 
+# Every run is scored on the same validation windows, whatever its training seed: two seeds then
+# differ by training noise alone, and every point of a ladder shares one validation sample, so the
+# sample's own error is a common offset rather than scatter about the law.
+VAL_SEED = 0
+
+
+def get_val_batch(tokens: np.ndarray, batch_size: int, block_size: int, index: int):
+    """The index-th validation batch: the same windows for every run of a given batch and block size."""
+    return get_batch(tokens, batch_size, block_size, VAL_SEED, index, "val")
+
+
 def get_batch(tokens: np.ndarray, batch_size: int, block_size: int, seed: int, step: int, split: str):
     """Random windows, a pure function of (seed, step, split) so a resumed run sees the same batches.
 

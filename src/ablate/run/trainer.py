@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ablate.data.sources import get_batch
+from ablate.data.sources import get_batch, get_val_batch
 from ablate.model import accounting
 from ablate.model.gpt import GPT, weight_shapes
 from ablate.model.optim import build_optimizer, lr_at
@@ -209,7 +209,7 @@ class Trainer:
         self.model.eval()
         losses = []
         for i in range(c.train.eval_batches):
-            x, y = get_batch(self.p.data.val, c.train.batch_size, c.model.block_size, c.train.seed, i, "val")
+            x, y = get_val_batch(self.p.data.val, c.train.batch_size, c.model.block_size, i)
             with self.runtime.autocast():
                 _, loss = self.forward(x.to(self.device), y.to(self.device))
             losses.append(loss.item())
