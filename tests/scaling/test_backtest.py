@@ -90,14 +90,31 @@ def test_the_calibrated_interval_covers_a_misspecified_law_the_bootstrap_misses(
 
 def test_kappa_counts_only_the_drift_the_refits_own_uncertainty_does_not_explain():
     """Drifts no larger than their own sd give the floor; drifts that share a direction give about their
-    mean; drifts of both signs well beyond their sd give about their RMS."""
-    from ablate.scaling.calibration import misfit_kappa
+    mean, as both mu and kappa; drifts of both signs well beyond their sd give about their RMS, and mu
+    their mean."""
+    from ablate.scaling.calibration import shared_drift
 
     sd = np.full(5, 0.01)
-    assert misfit_kappa(np.array([0.005, -0.008, 0.01, -0.002, 0.004]), sd**2, floor=0.002) == 0.002
-    assert misfit_kappa(np.full(5, 0.05), sd**2) == pytest.approx(0.05, rel=0.02)
-    spread = np.array([0.1, -0.1, 0.1, -0.1, 0.1])
-    assert misfit_kappa(spread, sd**2) == pytest.approx(0.1, rel=0.05)
+    assert shared_drift(np.array([0.005, -0.008, 0.01, -0.002, 0.004]), sd**2, floor=0.002)[1] == 0.002
+    mu, kappa = shared_drift(np.full(5, -0.05), sd**2)
+    assert mu == pytest.approx(-0.05, rel=0.02) and kappa == pytest.approx(0.05, rel=0.02)
+    mu, kappa = shared_drift(np.array([0.1, -0.1, 0.1, -0.1, 0.1]), sd**2)
+    assert mu == pytest.approx(0.02, abs=0.005) and kappa == pytest.approx(0.1, rel=0.05)
+
+
+def test_the_interval_reaches_further_on_the_side_the_cuts_drifted_to():
+    """A law whose refits below every cut predicted the runs above too high (mu < 0) may go on doing so:
+    the interval's lower end moves down by mu d, its upper end stays where an interval about the law puts
+    it, and at the data (d = 0) nothing moves."""
+    center = np.log(np.full(2, 3.0))
+    d = np.array([0.0, 1.5])
+    about_law = log_interval(center, None, d, Calibration(0.01, 0.04, 1.0))
+    drifting_down = log_interval(center, None, d, Calibration(0.01, 0.04, 1.0, drift=-0.04))
+    np.testing.assert_allclose(drifting_down[1], about_law[1])
+    np.testing.assert_allclose(drifting_down[0], about_law[0] - np.array([0.0, 0.06]))
+    drifting_up = log_interval(center, None, d, Calibration(0.01, 0.04, 1.0, drift=0.04))
+    np.testing.assert_allclose(drifting_up[0], about_law[0])
+    assert drifting_up[1][1] == pytest.approx(about_law[1][1] + 0.06)
 
 
 def law_ladder(noise: float, misfit: float, seed: int) -> Points:
@@ -129,7 +146,9 @@ def test_intervals_on_a_known_law_cover_and_are_sharp(coarse_grid, noise, misfit
 
 
 def test_backtest_reports_coverage_error_and_width_by_distance(coarse_grid):
-    bt = backtest(drifting(), FitOptions(n_boot=30, grid=coarse_grid))
+    # a curvature ten times the known-law test's: the law's error past each cut grows faster than
+    # linearly, faster than any drift measured inside the data
+    bt = backtest(law_ladder(0.003, 0.3, 4), FitOptions(n_boot=30, grid=coarse_grid))
     assert len(bt.cuts) == 5 and all(c.law is not None for c in bt.cuts)
     assert len(bt.runs) == sum(c.n_held for c in bt.cuts)
     bins = bt.bins()
@@ -138,15 +157,15 @@ def test_backtest_reports_coverage_error_and_width_by_distance(coarse_grid):
         assert 0 <= b.coverage <= 1 and sum(b.levels.values()) == b.n and set(b.levels) == set(LEVELS)
         assert (b.printed_coverage is None) == (b.printed == 0)
         assert b.printed == 0 or b.printed_median_width > 0
-    # the drifting law's error grows faster past each cut than inside it (see the test above): the backtest
-    # is what says so, in its decision and with its code
+    # the backtest is what says so, in its decision and with its code
+    assert all(c.drift is not None for c in bt.cuts if c.kappa is not None)
     assert bt.printed_coverage < 0.9 and "under_covers" in {f.code for f in bt.findings()}
     assert bt.decision().startswith("The 95% intervals under-cover")
     doc = bt.to_dict()
     assert doc["by_distance"][0]["n"] == bins[0].n and len(doc["runs"]) == len(bt.runs)
     assert all(b.median_half_width > 0 and b.sharpness > 0 for b in bins)
-    md = backtest_markdown(bt, "drifting law")
-    assert md.startswith("# drifting law\n\n**") and "| 0 to 0.5 |" in md
+    md = backtest_markdown(bt, "curved law")
+    assert md.startswith("# curved law\n\n**") and "| 0 to 0.5 |" in md
     assert bt.decision() in md and all(f"(`{f.code}`)" in md for f in bt.findings())
 
 

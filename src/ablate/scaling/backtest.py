@@ -100,6 +100,7 @@ class BacktestCut:
     reach: float | None = None
     note: str = ""
     run_sigma: float | None = None
+    drift: float | None = None  # the calibration's shared drift per decade (calibration.py)
 
     def to_dict(self) -> dict:
         return {
@@ -108,6 +109,7 @@ class BacktestCut:
             "n_held": self.n_held,
             "law": None if self.law is None else self.law.to_dict(),
             "kappa_per_decade": self.kappa,
+            "drift_per_decade": self.drift,
             "reach_decades": self.reach,
             "run_sigma": self.run_sigma,
             "note": self.note,
@@ -319,7 +321,16 @@ def _run(points: Points, opts: FitOptions, masks: list[np.ndarray]) -> Backtest:
         pred = forecast.predictor
         cal = pred.calibration
         cuts.append(
-            BacktestCut(C_cut, len(fitted), held.size, pred.verdict, cal.kappa, cal.reach, run_sigma=cal.run_sigma)
+            BacktestCut(
+                C_cut,
+                len(fitted),
+                held.size,
+                pred.verdict,
+                cal.kappa,
+                cal.reach,
+                run_sigma=cal.run_sigma,
+                drift=cal.drift if cal.calibrated else None,
+            )
         )
         if not forecast.fit.converged:
             continue

@@ -177,7 +177,7 @@ def _md_approach3(result: FitReport) -> list[str]:
             lines.append(
                 f"A prediction's 95% interval adds, in quadrature to the bootstrap's, one run's scatter "
                 f"(sd {g(cal.run_sigma)} in log loss) and the law's error, {g(cal.kappa)} per decade of compute past "
-                f"the data (calibrated up to {g(cal.reach)} decades by refitting below these cuts):"
+                f"the data (calibrated up to {g(cal.reach)} decades by refitting below these cuts){_drift_words(cal)}:"
             )
         else:
             lines.append("The law's error past the data could not be calibrated (no cut left a fit):")
@@ -426,9 +426,20 @@ def _summary_approach3(result: FitReport) -> list[str]:
     if cal.calibrated:
         lines.append(
             f"  95% intervals include the law's error: {g(cal.kappa)} per decade of compute past the data, "
-            f"calibrated up to {g(cal.reach)} decades"
+            f"calibrated up to {g(cal.reach)} decades{_drift_words(cal)}"
         )
     return lines
+
+
+def _drift_words(cal) -> str:
+    """What the cuts' shared drift does to the interval, in words; nothing when there is none."""
+    if not cal.drift:
+        return ""
+    side, way = ("lower", "too high") if cal.drift < 0 else ("upper", "too low")
+    return (
+        f"; the refits below the cuts predicted the runs above them {way}, by {g(abs(cal.drift))} in log loss "
+        f"per decade on average, so the interval's {side} end reaches that much further"
+    )
 
 
 def _summary_held_out(result: FitReport) -> list[str]:
@@ -523,12 +534,13 @@ def backtest_markdown(bt, title_text: str) -> str:
     )
     lines += [
         "",
-        "| cut: C of the largest fitted run | runs fitted | runs predicted | law | run sd | kappa per decade |",
+        "| cut: C of the largest fitted run | runs fitted | runs predicted | law | run sd | kappa per decade "
+        "| drift per decade |",
     ]
-    lines += ["|---|---|---|---|---|---|"]
+    lines += ["|---|---|---|---|---|---|---|"]
     lines += [
         f"| {g(c.C_cut)} | {c.n_fit} | {c.n_held} | {c.law.level if c.law else c.note} | "
-        f"{g(c.run_sigma)} | {g(c.kappa)} |"
+        f"{g(c.run_sigma)} | {g(c.kappa)} | {g(c.drift)} |"
         for c in bt.cuts
     ]
     return "\n".join(lines) + "\n"
