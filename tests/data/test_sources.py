@@ -75,3 +75,18 @@ def test_a_token_id_out_of_range_past_the_first_million_is_found(tmp_path):
 def test_a_text_glob_that_cannot_match_is_refused(glob):
     with pytest.raises(ConfigError, match="data.glob"):
         TextDataConfig(glob=glob).validate()
+
+
+def test_validation_windows_are_the_same_whatever_the_training_seed():
+    """Two seeds are scored on one validation sample, so their difference is training noise alone;
+    training batches still differ by seed."""
+    import numpy as np
+
+    from ablate.data.sources import get_batch, get_val_batch
+
+    tokens = np.arange(10_000, dtype=np.uint16)
+    x0, y0 = get_val_batch(tokens, 8, 16, 0)
+    x1, _ = get_val_batch(tokens, 8, 16, 1)
+    assert (y0[:, :-1] == x0[:, 1:]).all() and not (x0 == x1).all()
+    assert (x0 == get_val_batch(tokens, 8, 16, 0)[0]).all()
+    assert not (get_batch(tokens, 8, 16, 0, 0, "train")[0] == get_batch(tokens, 8, 16, 1, 0, "train")[0]).all()
