@@ -28,6 +28,16 @@ class UnsupportedError(ConfigError):
     """A valid config that this machine cannot run (e.g. fp8 without an sm_89+ GPU)."""
 
 
+# The largest integer a float holds exactly (2^53): a count beyond it (train.eval_batches=1e30) is no
+# count a loop finishes or a float formula keeps, so every integer key stops there.
+MAX_INT = 2**53
+# An evaluation is this many forward passes, run again every eval_interval steps: beyond it one
+# evaluation outlasts a training run on this project's machines.
+MAX_EVAL_BATCHES = 10_000
+# Longer than this between flushes is no batching but metrics held back for good (and beyond what a
+# timed wait accepts).
+MAX_FLUSH_INTERVAL_S = 3600.0
+
 PRECISION_NAMES = ("fp32", "bf16", "bf16_pure", "fp16", "fp8", "fp8_emulated")
 DEVICE_KINDS = ("cpu", "cuda", "mps")
 
@@ -215,6 +225,27 @@ class PrecisionConfig:
             require_positive("precision.min_cuda_capability", self.min_cuda_capability)
         if self.loss_scaling and self.autocast != "fp16":
             raise ConfigError("precision.loss_scaling=true needs precision.autocast=fp16 (valid: fp16 autocast)")
+        self._check_name()
+
+    # What a precision's name says about its numbers: runs are recorded, compared and priced by name.
+    NAMED_BY = ("param_dtype", "autocast", "fp8")
+
+    def _check_name(self) -> None:
+        """A policy named fp32 that computes in bf16 would be recorded, compared and priced as fp32:
+        the name must be what its preset (conf/precision/NAME.yaml) says the numbers are."""
+        import yaml
+
+        presets = {n: yaml.safe_load((CONF_DIR / "precision" / f"{n}.yaml").read_text()) for n in PRECISION_NAMES}
+        differ = [k for k in self.NAMED_BY if getattr(self, k) != presets[self.name].get(k)]
+        if differ:
+            given = " ".join(f"precision.{k}={getattr(self, k)}" for k in differ)
+            named = ", ".join(f"{k}={presets[self.name].get(k)}" for k in differ)
+            real = [n for n, p in presets.items() if all(getattr(self, k) == p.get(k) for k in self.NAMED_BY)]
+            raise ConfigError(
+                f"precision.name={self.name} with {given} is not {self.name} ({self.name} has {named}) "
+                f"(valid: {'precision=' + real[0] if real else 'a precision preset as it is'}, "
+                "the name these numbers are recorded under)"
+            )
 
 
 @dataclass
@@ -339,7 +370,9 @@ class TrainConfig:
                 require_positive(f"train.{k}", v)
         for key in ("batch_size", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
             require_positive(f"train.{key}", getattr(self, key))
+        require_at_most("train.eval_batches", self.eval_batches, MAX_EVAL_BATCHES, "batches per evaluation")
         require_positive("train.flush_interval_s", self.flush_interval_s)
+        require_at_most("train.flush_interval_s", self.flush_interval_s, MAX_FLUSH_INTERVAL_S, "seconds")
         if self.seed < 0:
             raise ConfigError(f"train.seed={self.seed} is negative (valid: >= 0; batches are drawn from seed and step)")
         if self.profile_start < 0:
@@ -444,7 +477,7 @@ def build(cls: type, tree: Any, prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     _reject_unknown(prefix, tree, names)
-    values = {k: coerce(f"{prefix}.{k}", v, hints[k]) for k, v in tree.items()}
+    values = {k: coerce(f"{prefix}.{k}" if prefix else k, v, hints[k]) for k, v in tree.items()}
     return cls(**values)
 
 
@@ -483,8 +516,13 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
         if isinstance(value, bool):
             raise ConfigError(f"{key}={value!r} is not an integer")
         if isinstance(value, float) and math.isfinite(value) and value == int(value):
-            return int(value)
+            value = int(value)
         if isinstance(value, int):
+            if abs(value) > MAX_INT:
+                raise ConfigError(
+                    f"{key}={value:g} is too large (valid: a whole number within 2^53 = {MAX_INT:.3g} of 0, "
+                    "the largest a float counts exactly)"
+                )
             return value
         raise ConfigError(f"{key}={value!r} is not an integer (valid: a whole number such as 100 or 1e6)")
     if hint is float:
@@ -510,6 +548,12 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
 def require_positive(key: str, value: Any) -> None:
     if value is None or value <= 0:
         raise ConfigError(f"{key}={value} must be positive (valid: > 0)")
+
+
+def require_at_most(key: str, value: float, limit: float, unit: str) -> None:
+    """`value` <= `limit`, else one line naming the key and the bound."""
+    if value > limit:
+        raise ConfigError(f"{key}={value:g} is too large (valid: at most {limit:g} {unit})")
 
 
 def require_fraction(key: str, value: float) -> None:

@@ -71,6 +71,38 @@ def write_bytes(
     return Path(path)
 
 
+class WriteError(ConfigError):
+    """A command's output could not be written (a full or read-only disk); its message is one line
+    that says nothing of the set was written."""
+
+
+def write_files(files: dict[Path, bytes], key: str = "out") -> list[Path]:
+    """Every file of one command's output, written as a set: each to a temporary sibling first, and
+    only when all of them are complete renamed into place, so a full or read-only disk leaves every
+    file as it was (none of the new ones beside old ones). The renames need no new space. WriteError
+    (one line naming `key` and the file) when any write fails."""
+    for path in files:
+        if Path(path).is_dir():
+            raise WriteError(f"{key}: {path} is a folder where a file belongs; nothing of this output was written")
+    written: list[Path] = []
+    try:
+        for path, data in files.items():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            tmp = temporary_path(Path(path))
+            written.append(tmp)
+            tmp.write_bytes(data)
+    except OSError as exc:
+        for tmp in written:
+            tmp.unlink(missing_ok=True)
+        raise WriteError(
+            f"{key}: cannot write {path} ({exc.strerror or exc}); nothing of this output was written "
+            "(valid: a folder you can write on a disk with room)"
+        ) from None
+    for path in files:
+        os.replace(temporary_path(Path(path)), path)
+    return [Path(p) for p in files]
+
+
 def write_text(path: Path, text: str) -> Path:
     return write_bytes(path, text.encode())
 
@@ -150,3 +182,26 @@ def safe_name(text: str) -> str:
     name = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in str(text))
     name = name.lstrip(".")
     return name or "_"
+
+
+def within(root: str | Path, relative: str | Path, key: str) -> Path:
+    """root/relative, required (every link resolved) to stay inside root resolved: OWASP's
+    path-traversal rule, so that neither a '..' nor a link under root that leads out of it writes
+    elsewhere. ConfigError (one line naming `key`) otherwise."""
+    path = Path(root) / relative
+    base, resolved = Path(root).resolve(), path.resolve()
+    if not resolved.is_relative_to(base):
+        raise ConfigError(f"{key}={str(relative)!r} leads to {resolved}, outside {base} (valid: a path inside {root})")
+    return path
+
+
+def inside(root: str | Path, *names: str) -> Path:
+    """root/NAME/...: each name (from a run, an experiment, a CSV column, a config) made one safe path
+    component, then kept inside root (`within`): a link under root cannot lead it out either."""
+    return within(root, Path(*(safe_name(n) for n in names)), "name")
+
+
+def output_dir(out: str | None, root: str | Path, *names: str) -> Path:
+    """Where a command writes: out= when given (the user's own choice of folder), else
+    root/NAME/... kept inside root (`inside`)."""
+    return Path(out) if out else inside(root, *names)

@@ -24,7 +24,7 @@ from pathlib import Path
 from ablate.cli.common import fail, hydra_main
 from ablate.cli.fit import FitSourceConfig, load_inputs, parse_config
 from ablate.config import ConfigError
-from ablate.files import write_text
+from ablate.files import check_writable_dir, output_dir, write_files
 
 DEFAULT_CUTS = (0.25, 0.375, 0.5, 0.625, 0.75)
 SUMMARY = "How often a fit's printed 95% interval holds runs past the data it saw: fit below a cut, predict above."
@@ -45,7 +45,7 @@ class BacktestConfig(FitSourceConfig):
 
     @property
     def out_dir(self) -> Path:
-        return Path(self.out) if self.out else Path("exports") / self.name / "backtest"
+        return output_dir(self.out, "exports", self.name, "backtest")
 
 
 def task(cfg) -> dict:
@@ -57,18 +57,21 @@ def task(cfg) -> dict:
 
     try:
         bc = parse_config(BacktestConfig, OmegaConf.to_container(cfg, resolve=True))
+        check_writable_dir(bc.out_dir, "out")  # before minutes of fitting, not after
         inputs = load_inputs(bc)
         started = time.perf_counter()
         result = backtest(inputs.points, bc.options(), tuple(float(c) for c in bc.cuts))
+        md = backtest_markdown(result, f"Backtest of {bc.name}: {len(inputs.points)} runs, cuts {bc.cuts}")
+        doc = {"source": inputs.source, "cuts": bc.cuts, "n_boot": bc.n_boot, **result.to_dict()}
+        files = write_files(
+            {
+                bc.out_dir / "backtest.json": (json.dumps(doc, indent=2) + "\n").encode(),
+                bc.out_dir / "backtest.md": md.encode(),
+            }
+        )
     except (ConfigError, FitInputError) as exc:
         fail(str(exc))
     print(inputs.source, file=sys.stderr)
-    md = backtest_markdown(result, f"Backtest of {bc.name}: {len(inputs.points)} runs, cuts {bc.cuts}")
-    doc = {"source": inputs.source, "cuts": bc.cuts, "n_boot": bc.n_boot, **result.to_dict()}
-    files = [
-        write_text(bc.out_dir / "backtest.json", json.dumps(doc, indent=2) + "\n"),
-        write_text(bc.out_dir / "backtest.md", md),
-    ]
     print(md)
     print(f"backtest took {time.perf_counter() - started:.0f} s; wrote {', '.join(str(f) for f in files)}")
     return {"out": str(bc.out_dir), "coverage": result.coverage, "printed_coverage": result.printed_coverage}

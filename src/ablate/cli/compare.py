@@ -27,8 +27,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main
-from ablate.cli.fit import FitTrackingConfig, check_source
-from ablate.config import ConfigError, build
+from ablate.cli.fit import MAX_BOOT, MAX_TARGET, FitTrackingConfig, check_source
+from ablate.config import ConfigError, build, require_at_most
+from ablate.files import check_writable_dir, output_dir
 
 
 @dataclass
@@ -54,8 +55,13 @@ class CompareConfig:
             )
         if self.n_boot < 0:
             raise ConfigError(f"n_boot={self.n_boot} is negative (valid: >= 0)")
+        require_at_most("n_boot", self.n_boot, MAX_BOOT, "resamples")
+        if self.seed < 0:
+            raise ConfigError(f"seed={self.seed} is negative (valid: >= 0)")
         if self.target is not None and self.target <= 0:
             raise ConfigError(f"target={self.target:g} must be positive (valid: training FLOPs, e.g. 1e18)")
+        if self.target is not None:
+            require_at_most("target", self.target, MAX_TARGET, "FLOPs")
 
     @property
     def name(self) -> str:
@@ -63,7 +69,7 @@ class CompareConfig:
 
     @property
     def out_dir(self) -> Path:
-        return Path(self.out) if self.out else Path("exports") / f"{self.name}-{self.arm}"
+        return output_dir(self.out, "exports", f"{self.name}-{self.arm}")
 
 
 def parse_compare(tree: dict) -> CompareConfig:
@@ -168,6 +174,7 @@ def task(cfg) -> dict:
 
     try:
         cc = parse_compare(OmegaConf.to_container(cfg, resolve=True))
+        check_writable_dir(cc.out_dir, "out")
         read = arms_from_experiment if cc.experiment else arms_from_csv
         (groups, keys), key, floor, experiment_id, source = read(cc)
         report = compare_arms(
@@ -181,10 +188,10 @@ def task(cfg) -> dict:
             entropy_floor=floor,
             shared=cc.shared,
         )
+        files = export_multiplier(report, cc.out_dir)
     except (ConfigError, FitInputError) as exc:
         fail(str(exc))
     print(source, file=sys.stderr)
-    files = export_multiplier(report, cc.out_dir)
     print(summary_text(report))
     print(f"wrote {', '.join(str(f) for f in files)}")
     if experiment_id is not None:

@@ -22,11 +22,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ablate.cli.common import fail, hydra_main
-from ablate.config import ConfigError, build
-from ablate.files import check_writable_dir, safe_name
+from ablate.config import ConfigError, build, require_at_most
+from ablate.files import check_writable_dir, output_dir
 
 if TYPE_CHECKING:
     from ablate.scaling.points import Points, RunCurve
+
+
+# Each bootstrap resample is a whole fit: beyond this the fit outlasts any use of its interval.
+MAX_BOOT = 100_000
+# Beyond 1e40 (FLOPs, parameters or tokens) the law's terms underflow against E and no prediction means anything.
+MAX_TARGET = 1e40
 
 
 @dataclass
@@ -42,6 +48,7 @@ class TargetConfig:
         for key, value in given.items():
             if value <= 0:
                 raise ConfigError(f"target.{key}={value:g} must be positive (valid: > 0)")
+            require_at_most(f"target.{key}", value, MAX_TARGET, "(parameters, tokens or FLOPs)")
         if given and not (set(given) == {"N", "D"} or ("C" in given and len(given) <= 2)):
             shown = " ".join(f"target.{k}={v:g}" for k, v in given.items())
             raise ConfigError(
@@ -58,6 +65,10 @@ class FitTrackingConfig:
     uri: str = "sqlite:///mlflow.db"
 
 
+# Wider than this an iso-FLOP window or tolerance spans every budget a design could hold.
+MAX_DECADES = 10.0
+
+
 @dataclass
 class Approach2Config:
     """When runs form an iso-FLOP design, and where each budget's parabola is fitted (scaling/approach2.py)."""
@@ -69,6 +80,7 @@ class Approach2Config:
         for key in ("budget_tol_decades", "window_decades"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"approach2.{key}={getattr(self, key)} must be positive (valid: > 0 decades)")
+            require_at_most(f"approach2.{key}", getattr(self, key), MAX_DECADES, "decades")
 
 
 def check_source(experiment: str | None, points: str | None, columns: str) -> None:
@@ -104,6 +116,7 @@ class FitSourceConfig:
         for key in ("n_boot", "seed"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key}={getattr(self, key)} is negative (valid: >= 0)")
+        require_at_most("n_boot", self.n_boot, MAX_BOOT, "resamples")
         if self.entropy_floor is not None and self.entropy_floor <= 0:
             raise ConfigError(f"entropy_floor={self.entropy_floor:g} must be positive (valid: > 0, in nats per token)")
         if self.params not in PARAM_KINDS:
@@ -134,7 +147,7 @@ class FitSourceConfig:
     def out_dir(self) -> Path:
         """out=, else exports/NAME, with NAME (an experiment's name, a file's stem) made one safe
         path component: an experiment called '../x' does not write outside exports/."""
-        return Path(self.out) if self.out else Path("exports") / safe_name(self.name)
+        return output_dir(self.out, "exports", self.name)
 
 
 SUMMARY = "Fit scaling laws to an experiment's finished runs (experiment=NAME) or to a CSV of points (points=FILE)."
@@ -273,10 +286,10 @@ def task(cfg) -> dict:
         )
         if report.approach3 is None and not (report.single or report.approach1 or report.approach2):
             raise FitInputError(report.skipped[APPROACH3])
+        files = export_fit(report, fc.out_dir)
     except (ConfigError, FitInputError) as exc:
         fail(str(exc))
-    print(inputs.source, file=sys.stderr)  # after the fit, so that a rejected input is one line
-    files = export_fit(report, fc.out_dir)
+    print(inputs.source, file=sys.stderr)  # after the fit and its files, so that a rejected input is one line
     converged = report.approach3 is None or report.converged
     print(summary_text(report))
     print(f"fit took {time.perf_counter() - started:.0f} s; wrote {', '.join(str(f) for f in files)}")

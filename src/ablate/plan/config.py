@@ -7,10 +7,33 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field, replace
 
-from ablate.config import ConfigError, HardwareConfig, ModelConfig, PrecisionConfig, build, coerce, require_positive
-from ablate.files import safe_name
+from ablate.config import (
+    ConfigError,
+    HardwareConfig,
+    ModelConfig,
+    PrecisionConfig,
+    build,
+    coerce,
+    require_at_most,
+    require_positive,
+)
+from ablate.files import inside
 
 COMPUTE_BUDGETS = ("flops", "hours", "dollars")
+# What a plan can price: a few decades past the largest runs trained to date (about 4e13 tokens and
+# 5e25 FLOPs, clusters of about 1e5 GPUs), so that an exponent typed wrong is refused rather than
+# priced; beyond them the formulas overflow (budget.hours=1e300) or the table prints nonsense.
+BUDGET_LIMITS = {
+    "tokens": (1e16, "tokens"),
+    "flops": (1e30, "FLOPs"),
+    "hours": (1e6, "hours"),
+    "dollars": (1e13, "dollars"),
+}
+MAX_GPUS = 10_000_000
+MAX_CONTEXT = 100_000_000  # tokens of one sequence
+MAX_BATCH = 1_000_000  # sequences per GPU
+# An MFU below this is no measurement of a run but a typo; the hours it prices are unbounded.
+MIN_MFU = 1e-3
 
 
 @dataclass
@@ -26,6 +49,7 @@ class BudgetConfig:
         for key in ("tokens", *COMPUTE_BUDGETS):
             if getattr(self, key) is not None:
                 require_positive(f"budget.{key}", getattr(self, key))
+                require_at_most(f"budget.{key}", getattr(self, key), *BUDGET_LIMITS[key])
         given = [k for k in COMPUTE_BUDGETS if getattr(self, k) is not None]
         if len(given) > 1:
             pairs = " and ".join(f"budget.{k}={getattr(self, k):g}" for k in given)
@@ -50,7 +74,11 @@ class PlanDataConfig:
 
     def validate(self) -> None:
         if self.tokens_available is not None:
-            require_positive("data.tokens_available", self.tokens_available)
+            if not self.tokens_available >= 1:
+                raise ConfigError(
+                    f"data.tokens_available={self.tokens_available:g} is less than one token (valid: >= 1)"
+                )
+            require_at_most("data.tokens_available", self.tokens_available, *BUDGET_LIMITS["tokens"])
 
 
 @dataclass
@@ -80,12 +108,17 @@ class PlanConfig:
         self.data.validate()
         for key in ("gpus", "batch_size"):
             require_positive(key, getattr(self, key))
+        require_at_most("gpus", self.gpus, MAX_GPUS, "GPUs")
+        require_at_most("batch_size", self.batch_size, MAX_BATCH, "sequences per GPU")
         if self.context is not None:
             require_positive("context", self.context)
+            require_at_most("context", self.context, MAX_CONTEXT, "tokens")
         for key in ("mfu", "default_mfu"):
             v = getattr(self, key)
             if v is not None and not 0.0 < v <= 1.0:
                 raise ConfigError(f"{key}={v} is invalid (valid: 0 < {key} <= 1)")
+            if v is not None and v < MIN_MFU:
+                raise ConfigError(f"{key}={v:g} is too small (valid: {MIN_MFU:g} <= {key} <= 1)")
         if not 0.0 <= self.memory_reserve < 1.0:
             raise ConfigError(f"memory_reserve={self.memory_reserve} is invalid (valid: 0 <= memory_reserve < 1)")
         if self.out is not None and not self.out.strip():
@@ -135,5 +168,5 @@ def parse_plan(tree: dict) -> PlanInputs:
     for part in (model, precision, hardware, plan):
         part.validate()
     if plan.out is None:  # names from configs never climb out of plans/ ('../x' is '_x')
-        plan = replace(plan, out=f"plans/{safe_name(model.name)}-{safe_name(hardware.name)}")
+        plan = replace(plan, out=str(inside("plans", f"{model.name}-{hardware.name}")))
     return PlanInputs(model, precision, hardware, plan)

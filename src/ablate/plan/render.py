@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ablate.config import PrecisionConfig
-from ablate.files import write_text
+from ablate.files import write_files
 from ablate.perf import decode
 from ablate.plan.loss import LossPrediction
 from ablate.plan.make import Plan, _gb
@@ -297,10 +297,10 @@ def render_markdown(p: Plan) -> str:
 
 
 def write_plan(p: Plan, out: str | Path, resolved_config: str = "") -> list[Path]:
-    """plan.md, config.yaml (the resolved config) and plan.json, each written atomically."""
+    """plan.md, config.yaml (the resolved config) and plan.json, written as one set (files.write_files)."""
     out = Path(out)
     files = [(out / "plan.md", render_markdown(p))]
     if resolved_config:
         files.append((out / "config.yaml", resolved_config))
     files.append((out / "plan.json", json.dumps(plan_dict(p), indent=2) + "\n"))
-    return [write_text(path, text) for path, text in files]
+    return write_files({path: text.encode() for path, text in files})

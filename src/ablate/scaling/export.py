@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.files import write_bytes
+from ablate.files import write_files
 from ablate.scaling.analysis import APPROACH3, FitReport
 from ablate.scaling.backtest import Backtest
 from ablate.scaling.bootstrap import Estimate
@@ -37,9 +37,10 @@ PLOT_FILES = ("fit_curves.png", "frontier.png", "residuals.png", "isoflop.png")
 def export_fit(result: FitReport, out_dir: str | Path) -> list[Path]:
     """Write fit.json, fit.md, predictions.csv and the plots into out_dir; return the paths written.
 
-    Everything is rendered in memory first and then written file by file (files.write_bytes), so a
-    failure while rendering leaves the previous export whole; a plot the previous export had and
-    this one has not (isoflop.png) is removed rather than left beside numbers it does not belong to."""
+    Everything is rendered in memory first and then written as one set (files.write_files), so a
+    failure while rendering or writing (a full disk) leaves the previous export whole; a plot the
+    previous export had and this one has not (isoflop.png) is then removed rather than left beside
+    numbers it does not belong to."""
     out = Path(out_dir)
     rendered = {
         "fit.json": (json.dumps(fit_dict(result), indent=2) + "\n").encode(),
@@ -47,9 +48,10 @@ def export_fit(result: FitReport, out_dir: str | Path) -> list[Path]:
         "predictions.csv": predictions_csv(result).encode(),
         **render_plots(result),
     }
+    written = write_files({out / name: data for name, data in rendered.items()})
     for name in set(PLOT_FILES) - set(rendered):
         (out / name).unlink(missing_ok=True)
-    return [write_bytes(out / name, data) for name, data in rendered.items()]
+    return written
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.files import figure_bytes, write_bytes
+from ablate.files import figure_bytes, write_files
 from ablate.scaling.bootstrap import Estimate
 from ablate.scaling.multiplier import AtScale, Comparison, MultiplierReport
 from ablate.scaling.verdict import Verdict
@@ -31,14 +31,14 @@ PAIRED_FORMULA = (
 
 
 def export_multiplier(report: MultiplierReport, out_dir: str | Path) -> list[Path]:
-    """Render everything in memory, then write each file atomically; returns the paths."""
+    """Render everything in memory, then write the files as one set (files.write_files); returns the paths."""
     out = Path(out_dir)
     rendered = {
         "multiplier.json": (json.dumps(multiplier_dict(report), indent=2) + "\n").encode(),
         "multiplier.md": multiplier_markdown(report).encode(),
         "multiplier.png": plot_bytes(report),
     }
-    return [write_bytes(out / name, data) for name, data in rendered.items()]
+    return write_files({out / name: data for name, data in rendered.items()})
 
 
 # -- JSON -----------------------------------------------------------------------------------------

@@ -12,9 +12,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ablate.config import ConfigError, build
+from ablate.config import ConfigError, build, require_at_most
 from ablate.files import safe_name
 
+# Each trial is a training run and every batch a launch: beyond these a study never ends, and a
+# stale-trial wait beyond a week is no wait a relaunch would see through.
+SEARCH_LIMITS = {
+    "n_trials": (100_000, "trials"),
+    "n_jobs": (1024, "trials at once"),
+    "stale_after_s": (604_800, "seconds"),
+}
 PRUNER_KEYS = {
     "median": {"n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"},
     "percentile": {"percentile", "n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"},
@@ -69,6 +76,8 @@ class SearchConfig:
         for key in ("n_trials", "n_jobs", "stale_after_s"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"hydra.sweeper.{key}={getattr(self, key)} must be positive (valid: > 0)")
+        for key, (limit, unit) in SEARCH_LIMITS.items():
+            require_at_most(f"hydra.sweeper.{key}", getattr(self, key), limit, unit)
         _check_settings("sampler", self.sampler, self.samplers, SAMPLER_KEYS)
         _check_settings("pruner", self.pruner, self.pruners, PRUNER_KEYS)
         params = flatten_params(self.params)

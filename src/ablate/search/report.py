@@ -9,39 +9,32 @@ or, with the same effect, python -m ablate $(cat STUDIES_DIR/NAME/best.args).
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from pathlib import Path
 
-from ablate.files import save_figure, write_json, write_text
+from ablate.files import figure_bytes, inside, write_files
 from ablate.search.config import SearchConfig
 from ablate.search.space import trial_overrides
 from ablate.search.storage import REASON_ATTR, RETRY_ATTR, REUSED_ATTR, RUN_ATTR, STEPS_ATTR
 
 
 def export(study, cfg: SearchConfig) -> list[Path]:
-    """Write every file of the study (atomically); returns their paths."""
-    study_dir = Path(cfg.studies_dir) / cfg.study_name
-    study_dir.mkdir(parents=True, exist_ok=True)
+    """Write every file of the study as one set (files.write_files); returns their paths."""
+    study_dir = inside(cfg.studies_dir, cfg.study_name)
     trials = study.get_trials(deepcopy=False)
     rows = [trial_row(t) for t in trials]
     summary = summarize(rows)
-    files = [
-        write_json(
-            study_dir / "trials.json",
-            {"study": cfg.study_name, "storage": cfg.storage, "summary": summary, "trials": rows},
-        )
-    ]
+    doc = {"study": cfg.study_name, "storage": cfg.storage, "summary": summary, "trials": rows}
+    files = {study_dir / "trials.json": (json.dumps(doc, indent=2, default=str) + "\n").encode()}
     best = summary["best"]
     if best is not None:
-        args = " ".join(trial_overrides(best["params"]))
-        files.append(write_text(study_dir / "best.args", args + "\n"))
-        group = Path(cfg.studies_dir) / "best"
-        group.mkdir(parents=True, exist_ok=True)
-        files.append(write_text(group / f"{cfg.study_name}.yaml", best_yaml(cfg, best)))
-    files.append(write_text(study_dir / "study.md", format_study(cfg, summary, rows)))
-    files += plots(study, study_dir)
-    return files
+        files[study_dir / "best.args"] = (" ".join(trial_overrides(best["params"])) + "\n").encode()
+        files[inside(cfg.studies_dir, "best", f"{cfg.study_name}.yaml")] = best_yaml(cfg, best).encode()
+    files[study_dir / "study.md"] = format_study(cfg, summary, rows).encode()
+    files |= {study_dir / name: data for name, data in plots(study).items()}
+    return write_files(files)
 
 
 def trial_row(t) -> dict:
@@ -140,9 +133,9 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def plots(study, out: Path) -> list[Path]:
-    """Optimization history, intermediate values (the pruned curves) and parameter importance
-    (Optuna 5's default PED-ANOVA evaluator, which needs no scikit-learn)."""
+def plots(study) -> dict[str, bytes]:
+    """{file name: PNG} of the optimization history, intermediate values (the pruned curves) and
+    parameter importance (Optuna 5's default PED-ANOVA evaluator, which needs no scikit-learn)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -151,7 +144,7 @@ def plots(study, out: Path) -> list[Path]:
     from optuna.visualization import matplotlib as ovm
 
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    files = []
+    files = {}
     drawings = [
         ("history.png", ovm.plot_optimization_history, 1),
         ("intermediate.png", ovm.plot_intermediate_values, 1),
@@ -178,6 +171,6 @@ def plots(study, out: Path) -> list[Path]:
             if legend is not None:
                 legend.remove()  # one entry per trial: the curves speak for themselves
         fig.tight_layout()
-        files.append(save_figure(fig, out / name, dpi=110))
+        files[name] = figure_bytes(fig, dpi=110)
         plt.close(fig)
     return files

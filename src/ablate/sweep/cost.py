@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.config import ConfigError
-from ablate.files import write_json, write_text
+from ablate.files import write_files
 
 SUMMARY_FILE = "summary.json"
 
@@ -105,4 +105,9 @@ def export_cost(table: CostTable, out_dir: Path) -> list[Path]:
         "runs": table.runs,
         "total_cpu_s": {s: table.total(s) for s in table.sweeps},
     }
-    return [write_json(out_dir / "cost.json", doc), write_text(out_dir / "cost.md", cost_markdown(table))]
+    return write_files(
+        {
+            out_dir / "cost.json": (json.dumps(doc, indent=2) + "\n").encode(),
+            out_dir / "cost.md": cost_markdown(table).encode(),
+        }
+    )

@@ -46,7 +46,7 @@ import sys
 from pathlib import Path
 
 from ablate.config import CONF_DIR, ConfigError
-from ablate.files import write_text
+from ablate.files import within, write_text
 from ablate.sweep.context import LAUNCHES_FILE, read_sweep_file
 from ablate.sweep.cost import cost_table, export_cost
 from ablate.sweep.summary import recorded_summary, summarize
@@ -107,6 +107,7 @@ def load_study(study_dir: Path) -> dict:
             raise ConfigError(f"{where}.kind={kind!r} is invalid (valid: {', '.join(ANALYSES)})")
         if not isinstance(a.get("out"), str) or not a["out"]:
             raise ConfigError(f"{where}.out={a.get('out')!r} is invalid (valid: a folder name such as {a['kind']})")
+        within(study_dir, a["out"], f"{where}.out")
         if a["kind"] == "cost" and not (isinstance(a.get("sweeps"), dict) and a.get("by")):
             raise ConfigError(f"{where}: a cost analysis needs sweeps: {{label: sweep dir}} and by: a swept key")
     target = study.get("target")
@@ -118,6 +119,27 @@ def load_study(study_dir: Path) -> dict:
             "(valid: fit: a fit.json in the study, overrides: [the run's overrides])"
         )
     return study
+
+
+def launches(sweep_dir: Path) -> list[dict]:
+    """The launch log, one JSON object a line; a line torn by a crash mid-append is left out with one line."""
+    try:
+        lines = (sweep_dir / LAUNCHES_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for number, line in enumerate(lines, 1):
+        try:
+            entry = json.loads(line) if line.strip() else None
+        except ValueError:
+            entry = "torn"
+        if isinstance(entry, dict):
+            found.append(entry)
+        elif entry is not None:
+            print(
+                f"ablate: {sweep_dir / LAUNCHES_FILE} line {number} is not a launch record; left out", file=sys.stderr
+            )
+    return found
 
 
 def run_analyses(study_dir: Path, study: dict) -> int:
@@ -250,14 +272,6 @@ def refresh(study_dir: Path, study: dict, just_run: bool = False) -> Path:
             info["experiment"] = MlflowClient(info["tracking_uri"]).get_experiment(info["experiment_id"]).name
         summary = summarize(sweep_dir, info)
     return write_text(study_dir / "README.md", readme(study_dir, study, summary, launches(sweep_dir), info))
-
-
-def launches(sweep_dir: Path) -> list[dict]:
-    try:
-        lines = (sweep_dir / LAUNCHES_FILE).read_text().splitlines()
-    except OSError:
-        return []
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 def readme(study_dir: Path, study: dict, summary, launch_log: list[dict], info: dict) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.config import CONF_DIR
-from ablate.files import read_json, save_figure, write_json, write_text
+from ablate.files import read_json, save_figure, write_files
 from ablate.model.accounting import recorded_mfu
 from ablate.run.result import BRANCHES_DIR
 
@@ -64,11 +64,14 @@ def summarize(sweep_dir: Path, info: dict) -> SweepSummary:
     _compare_to_baseline(rows)
     _add_profiles(rows, sweep_dir)
     table = format_table(rows, info.get("name", "sweep"))
-    files = [
-        write_json(sweep_dir / "summary.json", {"sweep_id": info.get("sweep_id"), "runs": rows}),
-        write_text(sweep_dir / "summary.md", table + "\n"),
-        write_text(sweep_dir / "points.csv", points_csv(rows)),
-    ]
+    record = {"sweep_id": info.get("sweep_id"), "runs": rows}
+    files = write_files(
+        {
+            sweep_dir / "summary.json": (json.dumps(record, indent=2, default=str) + "\n").encode(),
+            sweep_dir / "summary.md": (table + "\n").encode(),
+            sweep_dir / "points.csv": points_csv(rows).encode(),
+        }
+    )
     curves = _curves(rows, uri)
     for plot in (
         plot_loss_vs_flops(rows, curves, sweep_dir / "loss_vs_flops.png"),
