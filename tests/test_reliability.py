@@ -163,10 +163,71 @@ BAD_INPUT = [
     ("sync", ["FILE"], "is not a folder"),
     ("submit", ["+sweep=precision"], "hydra/launcher is not slurm"),
     ("submit", ["+sweep=precision", "hydra/launcher=slurm", "hydra.launcher.timeout_min=0"], "timeout_min=0"),
+    # numbers past what a loop, a formula or a machine holds
+    (TRAIN, ["train.eval_batches=1e30"], "train.eval_batches=1e+30 is too large"),
+    (TRAIN, ["train.eval_batches=20000"], "train.eval_batches=20000 is too large"),
+    (TRAIN, ["train.flush_interval_s=1e300"], "train.flush_interval_s=1e+300"),
+    (TRAIN, ["train.seed=1e20"], "train.seed=1e+20 is too large"),
+    (TRAIN, ["model.n_layer=1e18"], "model.n_layer=1e+18 is too large"),
+    (TRAIN, ["+sweep=lr", "hydra.sweeper.n_trials=1e9"], "hydra.sweeper.n_trials=1e+09"),
+    ("fit", ["points=OK", "n_boot=1e7"], "n_boot=1e+07 is too large"),
+    ("fit", ["points=OK", "target.C=1e300"], "target.C=1e+300 is too large"),
+    ("fit", ["points=OK", "approach2.window_decades=1e300"], "approach2.window_decades"),
+    ("backtest", ["points=OK", "n_boot=1e30"], "n_boot=1e+30 is too large"),
+    ("compare", ["points=OK", "baseline=a", "n_boot=1e7"], "n_boot=1e+07 is too large"),
+    ("compare", ["points=OK", "baseline=a", "seed=-1"], "seed=-1"),
+    ("plan", ["model=gpt_1p5b", "budget.hours=1e300"], "budget.hours=1e+300 is too large"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e308"], "budget.tokens=1e+308 is too large"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "gpus=1e15"], "gpus=1e+15 is too large"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "mfu=1e-300"], "mfu=1e-300 is too small"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "context=1e15"], "context=1e+15 is too large"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "data.tokens_available=1e-5"], "less than one token"),
+    # files a command reads that are not what they say
+    ("fit", ["points=RAGGED"], "line 3 has 2 fields and the header 4"),
+    ("backtest", ["points=RAGGED"], "line 3 has 2 fields and the header 4"),
+    ("compare", ["points=RAGGED", "baseline=a"], "line 3 has 2 fields and the header 4"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=NEGALPHA"], "params.alpha is -0.3"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=BADRANGE"], "data.N has min"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=WRONGTYPES"], "is malformed"),
+    ("predict", ["--outcome", "BROKENRUN", "out=MISSING/prediction.json"], "is not a run's result"),
+    # data checked against its own description, a config whose name is not what it holds
+    (TRAIN, ["data=tokens", "data.dir=SHORTSPLIT"], "meta.json says 300000"),
+    (TRAIN, ["data=tokens", "data.dir=IDSPASTVOCAB"], ">= vocab_size 100"),
+    (TRAIN, ["data=tokens", "data.dir=BADDTYPE"], "says dtype 'float32'"),
+    (TRAIN, ["data=tokens", "data.dir=BROKENMETA"], "has no readable meta.json"),
+    (TRAIN, ["precision=fp32", "precision.param_dtype=bf16"], "precision.name=fp32 with precision.param_dtype=bf16"),
+    (TRAIN, ["precision=bf16", "precision.autocast=fp16"], "is not bf16"),
+    # the UI: loopback unless --public says otherwise
+    ("ui", ["--host", ""], "--host '' is not an IP address"),
+    ("ui", ["--host", "not-a-host"], "--host 'not-a-host' is not an IP address"),
+    ("ui", ["--host", "0.0.0.0"], "--public"),
 ]
 CSV_OK = "params,tokens,loss\n" + "".join(
     f"{n:g},{d:g},{2 + 1e3 / n**0.3 + 1e3 / d**0.3:.4f}\n" for n in (1e6, 4e6, 1.6e7) for d in (1e8, 4e8)
 )
+
+
+FIT_LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+FIT_DATA = {"N": {"min": 1e6, "max": 1e8}, "D": {"min": 1e8, "max": 1e10}, "C": {"min": 1e15, "max": 1e18}}
+
+
+def _fit_json(path: Path, law: dict = FIT_LAW, data: dict = FIT_DATA) -> None:
+    """A fit.json as far as the planner reads it: approach 3's parameters and the data's range."""
+    params = {k: {"value": v} for k, v in law.items()}
+    path.write_text(json.dumps({"chinchilla_approach3": {"status": "converged", "params": params}, "data": data}))
+
+
+def _prepared_dir(path: Path, train_tokens: int = 300_000, dtype: str = "uint16", top_id: int = 99) -> None:
+    """A folder as `ablate prepare` writes it, whose meta.json says 300,000 train tokens of vocab 100;
+    train.bin holds train_tokens ids up to top_id."""
+    path.mkdir()
+    (np.arange(train_tokens) % (top_id + 1)).astype(np.uint16).tofile(path / "train.bin")
+    (np.arange(20_000) % 100).astype(np.uint16).tofile(path / "val.bin")
+    meta = {
+        "vocab_size": 100, "dtype": dtype, "train_tokens": 300_000, "val_tokens": 20_000, "train_bytes": 600_000,
+        "val_bytes": 40_000, "bytes_per_token": 2.0, "tokenizer": "test", "sources": [], "fingerprint": "test",
+    }  # fmt: skip
+    (path / "meta.json").write_text(json.dumps(meta))
 
 
 def _tokens_file(path: Path, n: int, bad_at: int | None = None) -> None:
@@ -193,6 +254,15 @@ INPUTS = {
     "TOKENS": lambda p: _tokens_file(p / "tokens.bin", 300_000),
     "BADIDS": lambda p: _tokens_file(p / "badids.bin", 1_500_000, bad_at=1_200_000),
     "DIR": lambda p: (p / "somedir").mkdir(),
+    "RAGGED": lambda p: (p / "ragged.csv").write_text("params,tokens,loss,arm\n1e6,1e8,3.0,a\n2e6,1e8\n"),
+    "NEGALPHA": lambda p: _fit_json(p / "negalpha.json", {**FIT_LAW, "alpha": -0.3}),
+    "BADRANGE": lambda p: _fit_json(p / "badrange.json", data={**FIT_DATA, "N": {"min": 1e8, "max": 1e6}}),
+    "WRONGTYPES": lambda p: _fit_json(p / "wrongtypes.json", data={**FIT_DATA, "C": {"min": "big", "max": []}}),
+    "BROKENRUN": lambda p: (p / "run").mkdir() or (p / "run" / "result.json").write_text('{"status": "fini'),
+    "SHORTSPLIT": lambda p: _prepared_dir(p / "short", train_tokens=250_000),
+    "IDSPASTVOCAB": lambda p: _prepared_dir(p / "ids", top_id=150),
+    "BADDTYPE": lambda p: _prepared_dir(p / "dtype", dtype="float32"),
+    "BROKENMETA": lambda p: _prepared_dir(p / "meta") or (p / "meta" / "meta.json").write_text("{"),
     "MISSING": lambda p: None,
     # a store that has an experiment, but not the one asked for
     "STORE": lambda p: MlflowClient(f"sqlite:///{p / 'store.db'}").create_experiment("scaling"),
@@ -202,6 +272,8 @@ INPUT_NAMES = {
     "OK": "ok.csv", "NOCOLUMN": "nocolumn.csv", "NEGATIVE": "negative.csv", "DUPLICATE": "duplicate.csv",
     "HEADERONLY": "header.csv", "NOTJSON": "fit.json", "BROKENSTUDY": "broken",
     "TOKENS": "tokens.bin", "BADIDS": "badids.bin", "DIR": "somedir", "MISSING": "missing", "STORE": "store.db",
+    "RAGGED": "ragged.csv", "NEGALPHA": "negalpha.json", "BADRANGE": "badrange.json", "WRONGTYPES": "wrongtypes.json",
+    "BROKENRUN": "run", "SHORTSPLIT": "short", "IDSPASTVOCAB": "ids", "BADDTYPE": "dtype", "BROKENMETA": "meta",
 }  # fmt: skip
 PLACEHOLDER = re.compile(r"\b(" + "|".join(sorted(INPUTS, key=len, reverse=True)) + r")\b")
 
@@ -869,6 +941,123 @@ def test_a_name_that_becomes_a_path_stays_inside(cli, request, tmp_path):
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert written and all(p.startswith("a/b/plans/") for p in written), written
     reliability.record(request, f"exit 0; every file under plans/: {', '.join(written)}")
+
+
+@pytest.mark.ledger(
+    "security",
+    "names with ../ in them (an experiment, a CSV column, a model and hardware name, a study) that become folders",
+)
+def test_names_that_become_folders_stay_inside_their_root(request, tmp_path, monkeypatch):
+    from ablate.cli.backtest import BacktestConfig
+    from ablate.cli.compare import CompareConfig
+    from ablate.cli.fit import FitConfig
+    from ablate.files import inside
+    from ablate.plan.config import parse_plan
+
+    monkeypatch.chdir(tmp_path)
+    escape = "../../../ESCAPED"
+    plan = parse_plan(
+        {"model": {"name": escape, "vocab_size": 27}, "hardware": {"name": escape}, "budget": {"tokens": 1e9}}
+    )
+    outs = {
+        "fit experiment=../../../ESCAPED": FitConfig(experiment=escape).out_dir,
+        "backtest experiment=../../../ESCAPED": BacktestConfig(experiment=escape).out_dir,
+        "compare arm=../../../ESCAPED (a CSV column)": CompareConfig(points="p.csv", arm=escape, baseline="a").out_dir,
+        "plan model.name= hardware.name=../../../ESCAPED": Path(plan.plan.out),
+        "study hydra.sweeper.study_name": inside("studies", escape),
+    }
+    roots = {(tmp_path / r).resolve() for r in ("exports", "plans", "studies")}
+    for case, out in outs.items():
+        assert any((tmp_path / out).resolve().is_relative_to(r) for r in roots), (case, out)
+    reliability.record(request, "each stays in its root: " + "; ".join(f"{c} -> {o}" for c, o in outs.items()))
+
+
+@pytest.mark.ledger("security", "{where} a link to a folder outside, then `ablate {command}`")
+@pytest.mark.parametrize(
+    "command, args, where",
+    [
+        ("fit", ["points=OK", "n_boot=10", "held_out=0"], "exports/ok"),
+        ("plan", ["model=gpt_1p5b", "budget.tokens=1e11"], "plans/gpt_1p5b-h100"),
+    ],
+)
+def test_a_link_out_of_the_output_root_is_refused(cli, request, tmp_path, command, args, where):
+    cwd, elsewhere = tmp_path / "cwd", tmp_path / "elsewhere"
+    (cwd / where).parent.mkdir(parents=True), elsewhere.mkdir()
+    (cwd / where).symlink_to(elsewhere)  # planted where the command's output folder goes
+    proc = cli(_materialize(args, cwd), cwd, command=command)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "outside" in lines[0], proc.stderr[-2000:]
+    assert list(elsewhere.iterdir()) == []
+    reliability.record(request, f"exit 2: {lines[0][:160]}; nothing written in the folder the link leads to")
+
+
+def _fill(disk: Path) -> None:
+    """Write zeros until the filesystem has no room left."""
+    try:
+        with open(disk / "filler", "wb") as f:
+            while True:
+                f.write(bytes(4096))
+                f.flush()
+    except OSError:
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.ledger("fault", "`ablate {command}` with out= on a full filesystem")
+@pytest.mark.parametrize(
+    "command, args",
+    [("plan", ["model=gpt_1p5b", "budget.tokens=1e11"]), ("fit", ["points=OK", "n_boot=10", "held_out=0"])],
+)
+def test_outputs_on_a_full_disk_are_whole_or_absent(cli, request, tmp_path, tiny_disk, command, args):
+    _fill(tiny_disk)
+    out = tiny_disk / "out"
+    proc = cli([*_materialize(args, tmp_path), f"out={out}"], tmp_path, command=command)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert len(lines) == 1 and "nothing of this output was written" in lines[0], proc.stderr
+    left = sorted(p.name for p in out.rglob("*")) if out.exists() else []
+    assert left == [], left
+    reliability.record(request, f"exit 2: {lines[0][:150]}; no file of the output (and no temporary) left")
+
+
+@pytest.mark.ledger("fault", "{name} where a run's checkpoint belongs, then launch")
+@pytest.mark.parametrize("name", ["a folder checkpoint.pt", "a folder checkpoint.json", "a link checkpoint.pt"])
+def test_a_checkpoint_that_is_not_a_file_is_quarantined(run_config, request, tmp_path, capsys, name):
+    from ablate.run import train
+    from ablate.run.prepare import prepare
+
+    cfg = run_config(tmp_path, **{"train.steps": 10, "train.checkpoint_interval": 5})
+    state_dir = tmp_path / "state" / prepare(cfg).config_hash
+    state_dir.mkdir(parents=True)
+    target = state_dir / name.split()[-1]
+    if "link" in name:
+        target.symlink_to(tmp_path / "elsewhere.pt")
+    else:
+        target.mkdir()
+        (target / "inside").write_text("x")
+    result = train.run(cfg, tmp_path / "out")
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "not a file; moved aside" in ln]
+    assert result.status == "finished" and result.steps == 10
+    assert (state_dir / "checkpoint.pt").is_file() and not (state_dir / "checkpoint.pt").is_symlink()
+    assert len(list((state_dir / "quarantine").iterdir())) == 1
+    reliability.record(request, f"one line: `{line[:110]}...`; the run trained 10 of 10 steps and finished")
+
+
+@pytest.mark.ledger("security", "`ablate ui` on a port another process holds")
+def test_the_ui_on_a_taken_port_is_one_line(cli, request, tmp_path):
+    import socket
+
+    from ablate.tracking.store import ensure_experiment
+
+    ensure_experiment(f"sqlite:///{tmp_path / 'ui.db'}", "ablate")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        proc = cli(["--store", str(tmp_path / "ui.db"), "--port", str(port)], tmp_path, command="ui", timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and f"--port {port} on 127.0.0.1 is in use" in lines[0], proc.stderr
+    reliability.record(request, f"exit 2: {lines[0]}")
 
 
 def test_a_grouped_test_fills_its_own_ledger_row(monkeypatch):

@@ -1,4 +1,5 @@
-"""`python -m ablate ui`: the MLflow UI over a store, on 127.0.0.1 unless a host is named.
+"""`python -m ablate ui`: the MLflow UI over a store, on 127.0.0.1 unless another address is named
+with --public (Jupyter's and TensorBoard's rule: whoever reaches the server reads and writes the store).
 
 MLflow 3's server also starts background job consumers (several processes); ablate's stores
 use no server-side jobs, so they are turned off to keep a laptop's cores for training.
@@ -9,7 +10,10 @@ its runs, a saved view: tracking/views.py) is printed.
 from __future__ import annotations
 
 import argparse
+import errno
+import ipaddress
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -61,6 +65,38 @@ def latest_chart(uri: str, base: str) -> str | None:
     return f"latest: {name}: val/loss against FLOPs, every run\n  {base}/{link}"
 
 
+LOOPBACK_NAMES = ("localhost",)
+
+
+def check_host(host: str, public: bool) -> None:
+    """`host` is an IP address (or localhost); one that is not loopback needs --public. ConfigError otherwise."""
+    valid = "127.0.0.1, ::1 or localhost; another address of this machine, such as 0.0.0.0, with --public"
+    if host in LOOPBACK_NAMES:
+        return
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(f"--host {host!r} is not an IP address (valid: {valid})") from None
+    if not address.is_loopback and not public:
+        raise ConfigError(
+            f"--host {host} is reachable from other machines, and the UI can change the store "
+            f"(valid: {valid}, to say so)"
+        )
+
+
+def check_port_free(host: str, port: int) -> None:
+    """The server would fail on a taken port with a traceback of its own: say it in one line first."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is free
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            taken = exc.errno == errno.EADDRINUSE
+            why = "is in use" if taken else f"cannot be bound ({exc.strerror})"
+            raise ConfigError(f"--port {port} on {host} {why} (valid: a free port, e.g. --port {port + 1})") from None
+
+
 def store_uri(path_or_uri: str) -> str:
     if "://" in path_or_uri:
         return path_or_uri
@@ -75,17 +111,28 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--store", default="mlflow.db", help="sqlite file or any MLflow backend URI")
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1, loopback only)")
+    parser.add_argument(
+        "--public", action="store_true", help="allow a --host other machines can reach (they can change the store)"
+    )
     parser.add_argument("--port", type=int, default=5000)
     args = parser.parse_args(argv)
     if not 1 <= args.port <= 65535:
         fail(f"--port {args.port} is out of range (valid: 1..65535)")
+    try:
+        check_host(args.host, args.public)
+    except ConfigError as exc:
+        fail(str(exc))
     uri = store_uri(args.store)
     try:  # a store that is not there is named, not created empty and served
         client_for(uri)
     except ConfigError as exc:
         fail(str(exc).replace("tracking.uri=", "--store "))
-    base = f"http://{args.host}:{args.port}"
+    try:
+        check_port_free(args.host, args.port)
+    except ConfigError as exc:
+        fail(str(exc))
+    base = f"http://[{args.host}]:{args.port}" if ":" in args.host else f"http://{args.host}:{args.port}"
     print(f"MLflow UI on {base} over {uri}", file=sys.stderr)
     chart = latest_chart(uri, base)
     if chart:

@@ -184,18 +184,55 @@ def _bpe(cfg: TextDataConfig, corpus) -> TokenData:
     return _prepared(folder, meta, cfg.name)
 
 
+PREPARED_DTYPES = {"uint16": 65536, "uint32": 2**32}  # dtype -> ids it holds
+
+
 def _prepared(folder: Path, meta, name: str) -> TokenData:
+    """A prepared folder's splits, each checked against its meta.json before a step is trained: the
+    dtype, the vocabulary it holds, every file's token count, and every id below the vocabulary."""
     from ablate.data import tokenizer
 
+    described = folder / tokenizer.META
+    if meta.dtype not in PREPARED_DTYPES:
+        raise ConfigError(f"{described} says dtype {meta.dtype!r} (valid: {', '.join(PREPARED_DTYPES)})")
+    if not isinstance(meta.vocab_size, int) or not 2 <= meta.vocab_size <= PREPARED_DTYPES[meta.dtype]:
+        raise ConfigError(
+            f"{described} says vocab_size {meta.vocab_size!r} "
+            f"(valid: 2..{PREPARED_DTYPES[meta.dtype]} for {meta.dtype})"
+        )
+    splits = {split: _checked_split(folder, split, meta) for split in ("train", "val")}
     return TokenData(
         name=name,
-        train=tokenizer.load_tokens(folder, "train", meta),
-        val=tokenizer.load_tokens(folder, "val", meta),
+        train=splits["train"],
+        val=splits["val"],
         vocab_size=meta.vocab_size,
         bytes_per_token=meta.bytes_per_token,
         fingerprint=meta.fingerprint,
         packages=meta.packages,
     )
+
+
+def _checked_split(folder: Path, split: str, meta) -> np.ndarray:
+    from ablate.data import tokenizer
+
+    path, described = folder / f"{split}.bin", folder / tokenizer.META
+    expected = getattr(meta, f"{split}_tokens")
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing or not a file (valid: the {split} split {described} describes)")
+    found = path.stat().st_size / np.dtype(meta.dtype).itemsize
+    if found != expected:
+        raise ConfigError(
+            f"{path} holds {found:,.1f} {meta.dtype} tokens and {described} says {expected} "
+            "(valid: the folder as `ablate prepare` wrote it; prepare it again)"
+        )
+    tokens = tokenizer.load_tokens(folder, split, meta)
+    at, top = _largest_id(tokens)
+    if top >= meta.vocab_size:
+        raise ConfigError(
+            f"{path} holds token id {top} at position {at:,} >= vocab_size {meta.vocab_size} of {described} "
+            "(valid: ids < vocab_size)"
+        )
+    return tokens
 
 
 def _largest_id(arr: np.ndarray, chunk: int = 1 << 24) -> tuple[int, int]:
@@ -218,7 +255,8 @@ def _tokens(cfg: TokenDataConfig) -> TokenData:
         meta = tokenizer.read_meta(folder)
         if meta is None:
             raise ConfigError(
-                f"data.dir={cfg.dir!r} has no {tokenizer.META} (valid: a folder written by `ablate prepare`)"
+                f"data.dir={cfg.dir!r} has no readable {tokenizer.META} (missing, not JSON, or not the keys "
+                "`ablate prepare` writes) (valid: a folder written by `ablate prepare`)"
             )
         if cfg.vocab_size is not None and cfg.vocab_size != meta.vocab_size:
             raise ConfigError(

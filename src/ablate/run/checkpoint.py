@@ -56,6 +56,7 @@ def save(state: dict, directory: Path) -> Path:
 
     buffer = io.BytesIO()
     torch.save(state, buffer)
+    quarantine_non_files(directory)
     path = write_bytes(
         directory / CHECKPOINT, buffer.getvalue(), durable=True, fault="checkpoint.write", previous=directory / PREVIOUS
     )
@@ -80,6 +81,7 @@ def load_good(directory: Path, config_hash: str, check: Callable[[dict], str | N
     """The newest checkpoint in `directory` that loads and belongs to this run (its config hash, the
     keys a resume needs, and whatever `check(state)` says: None when it fits, else why not); None
     when there is none. Each one that does not is quarantined with one line on stderr."""
+    quarantine_non_files(directory)
     for name in (CHECKPOINT, PREVIOUS):
         path = directory / name
         if not path.is_file():
@@ -125,6 +127,18 @@ def _mismatch(state, config_hash: str) -> str | None:
     if found and found != config_hash:
         return f"belongs to config {found}, not {config_hash}"
     return None
+
+
+def quarantine_non_files(directory: Path) -> None:
+    """A checkpoint or its sidecar that is there but not a file (a folder, a socket where a person or a
+    tool put one) would make the next write fail mid-run: each is moved aside with one line instead."""
+    for name in (CHECKPOINT, PREVIOUS, META):
+        path = directory / name
+        if (path.exists() or path.is_symlink()) and not (path.is_file() and not path.is_symlink()):
+            kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
+            print(
+                f"ablate: checkpoint {path} is {kind}, not a file; moved aside to {quarantine(path)}", file=sys.stderr
+            )
 
 
 def quarantine(path: Path) -> Path:

@@ -8,11 +8,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ablate.config import ConfigError
 from ablate.files import write_json
 from ablate.model import accounting
 from ablate.perf.memory import gpu_memory
 
 RESULT_FILE = "result.json"
+VALID_RESULT = "the result.json that `ablate` writes in a run folder"
 BRANCHES_DIR = "branches"  # a trunk's out dir holds BRANCHES_DIR/<key>=<budget>/ per cooldown branch
 
 
@@ -133,7 +135,16 @@ def write_result(result: RunResult, out_dir: Path) -> Path:
 
 
 def read_result(out_dir: Path) -> RunResult:
-    return RunResult(**json.loads((out_dir / RESULT_FILE).read_text()))
+    """The run's result.json; one that is missing, torn or of another shape is refused in one line."""
+    path = out_dir / RESULT_FILE
+    try:
+        return RunResult(**json.loads(path.read_text()))
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read ({exc.strerror}) (valid: {VALID_RESULT})") from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"{path} is not a run's result ({type(exc).__name__}: {str(exc)[:80]}) (valid: {VALID_RESULT})"
+        ) from None
 
 
 def _finite(x: float | None) -> float | None:

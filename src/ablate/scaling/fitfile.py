@@ -50,8 +50,19 @@ class FitLaw:
 
 
 def load_fit(path: str) -> FitLaw:
-    """Read `chinchilla_approach3` from a fit.json written by ablate fit."""
+    """Read `chinchilla_approach3` from a fit.json written by ablate fit; a file that is not one, or
+    whose numbers no fit could have written (a negative exponent, a range that is not one), is
+    refused in one line naming the field."""
     where = f"fit={path}"
+    try:
+        return _load_fit(path, where)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{where} is malformed ({type(exc).__name__}: {str(exc)[:80]}) ({VALID})") from None
+
+
+def _load_fit(path: str, where: str) -> FitLaw:
     try:
         doc = json.loads(Path(path).read_text())
     except OSError as exc:
@@ -73,6 +84,9 @@ def load_fit(path: str) -> FitLaw:
     }
     if len(data_range) != 3:
         raise ConfigError(f"{where}: data.N, data.D and data.C (each min and max) are missing ({VALID})")
+    for k, (lo, hi) in data_range.items():
+        if not (np.isfinite([lo, hi]).all() and 0 < lo <= hi):
+            raise ConfigError(f"{where}: data.{k} has min {lo:g} and max {hi:g} (valid: 0 < min <= max, finite)")
     samples = np.asarray((a3.get("bootstrap") or {}).get("samples") or np.empty((0, 5)), float).reshape(-1, 5)
     floor = data.get("entropy_floor")
     predictor = Predictor(
@@ -99,6 +113,13 @@ def _params(params: dict, where: str) -> tuple[dict, dict]:
                 '{"value": v, "ci95": [lo, hi]} for each of E, A, B, alpha, beta)'
             )
         values[name] = float(entry["value"])
+        low = 0.0 if name == "E" else np.nextafter(0.0, 1.0)
+        if not (np.isfinite(values[name]) and values[name] >= low):
+            bound = ">= 0" if name == "E" else "> 0"
+            raise ConfigError(
+                f"{where}: chinchilla_approach3.params.{name} is {values[name]:g}, which no fit of L = E + A/N^alpha "
+                f"+ B/D^beta gives (valid: finite and {bound})"
+            )
         interval = entry.get("ci95")
         ci[name] = tuple(float(v) for v in interval) if isinstance(interval, list) and len(interval) == 2 else None
     return values, ci

@@ -259,10 +259,20 @@ def _read_csv(path: str | Path) -> tuple[list[str], list[dict]]:
         with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             header = [name.strip() for name in next(reader, [])]
-            rows = [dict(zip(header, (v.strip() for v in row), strict=False)) for row in reader if any(row)]
+            rows = [_row(path, header, row, reader.line_num) for row in reader if any(row)]
     except (UnicodeDecodeError, csv.Error) as exc:
         raise FitInputError(f"{path}: not a CSV text file ({type(exc).__name__}: {str(exc)[:80]})") from None
     return header, rows
+
+
+def _row(path: Path, header: list[str], row: list[str], line: int) -> dict:
+    """One data row as {column: text}; a row with more or fewer fields than the header is refused:
+    its values would land in the wrong columns, or in none."""
+    if len(row) != len(header):
+        raise FitInputError(
+            f"{path}: line {line} has {len(row)} fields and the header {len(header)} (valid: one value per column)"
+        )
+    return dict(zip(header, (v.strip() for v in row), strict=True))
 
 
 def _refuse_duplicates(path, columns: list[np.ndarray], run_ids: list) -> None:
