@@ -4,8 +4,10 @@ collector for a short exit), same working directory, stdout and stderr captured 
 file-descriptor level, Python's default warning filters, exit code from SystemExit (an uncaught
 exception prints its traceback and is exit code 1, as in a process). What a run changes in the
 process (cwd, argv, environment, logging handlers, signal handlers, torch threads, random states,
-Hydra's global state, module-level names of ablate's modules such as the last sweep's summary, the
-MLflow stores and database engines it opened) is put back afterwards.
+Hydra's global state, the MLflow stores and database engines it opened) is put back afterwards.
+Nothing of ablate's own is: a command keeps no state in its modules (it passes what it prepared,
+and the processes it started, from its entry point down, and closes them), so there is nothing
+to snapshot (tests/cli/test_inprocess.py runs a command twice over changed data).
 
 It saves the interpreter's start (the imports of torch, MLflow and Hydra: about 2 s of CPU a
 command on these machines); commands that start processes of their own are left to a subprocess
@@ -47,9 +49,6 @@ class _Saved:
         self.numpy = sys.modules["numpy"].random.get_state() if "numpy" in sys.modules else None
         torch = sys.modules.get("torch")
         self.torch = (torch.get_rng_state(), torch.get_num_threads()) if torch else None
-        # What `global` statements rebind (sweep.callback.LAST_SUMMARY, run.progress._STATUS_FILE, ...):
-        # a later command in this process must not see it; a new process would not.
-        self.modules = {name: dict(vars(m)) for name, m in list(sys.modules.items()) if _ours(name, m)}
         self.engines = set(_mlflow_engines())
 
     def restore(self) -> None:
@@ -78,19 +77,7 @@ class _Saved:
         if torch is not None and self.torch is not None:
             torch.set_rng_state(self.torch[0])
             torch.set_num_threads(self.torch[1])
-        for name, before in self.modules.items():
-            namespace = vars(sys.modules[name])
-            for key, value in before.items():
-                if namespace.get(key, _MISSING) is not value:
-                    namespace[key] = value
         _forget_mlflow_stores(self.engines)
-
-
-_MISSING = object()
-
-
-def _ours(name: str, module) -> bool:
-    return module is not None and (name == "ablate" or name.startswith(("ablate.", "hydra_plugins.ablate")))
 
 
 def _mlflow_engines() -> dict:

@@ -50,7 +50,9 @@ def resolve(name: str) -> str:
 
 
 def imports(path: Path) -> list[tuple[str, bool]]:
-    """(imported ablate module, at module level?) for every import outside `if TYPE_CHECKING:`."""
+    """(imported ablate module, at module level?) for every import outside `if TYPE_CHECKING:`, and
+    for every module named in a string (`importlib.import_module("ablate.cli.train")`, a list of
+    modules to preload, `python -m ablate.x`): an import by name, made when the code runs."""
     tree = ast.parse(path.read_text())
     type_only = {
         id(node)
@@ -72,7 +74,13 @@ def imports(path: Path) -> list[tuple[str, bool]]:
                 found.append((full if full in MODULES else resolve(node.module), id(node) in top))
         elif isinstance(node, ast.Import):
             found += [(resolve(a.name), id(node) in top) for a in node.names if a.name.split(".")[0] == "ablate"]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _names_a_module(node.value):
+            found.append((node.value, False))
     return found
+
+
+def _names_a_module(text: str) -> bool:
+    return text.startswith("ablate.") and text in MODULES
 
 
 GRAPH = {m: imports(p) for m, p in MODULES.items()}
@@ -123,6 +131,21 @@ def test_no_import_cycle_even_through_function_level_imports():
 def test_the_checker_finds_an_upward_import_and_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"]]
     assert RANK[package("ablate.cli.train")] > RANK[package("ablate.run.train")] > RANK[package("ablate.config")]
+
+
+def test_the_checker_sees_imports_by_name(tmp_path):
+    """A module imported by its name in a string is an import like any other: a layer that has a
+    worker preload the command line's modules imports upward."""
+    (tmp_path / "m.py").write_text(
+        "import importlib\nPRELOAD = ('numpy', 'ablate.cli.train')\n"
+        "def f():\n    importlib.import_module('ablate.run.train')\n    return ['-m', 'ablate.tracking.agent']\n"
+        "TAG = 'ablate.nothing'\n"
+    )
+    assert imports(tmp_path / "m.py") == [
+        ("ablate.cli.train", False),
+        ("ablate.run.train", False),
+        ("ablate.tracking.agent", False),
+    ]
 
 
 def test_planning_and_fitting_do_not_load_torch():

@@ -35,10 +35,10 @@ def test_bad_input_is_one_clear_line(cli, run_statuses, workdir, args, words):
     assert "RUNNING" not in run_statuses(workdir / "mlflow.db")
 
 
-def test_a_grid_sweep_precheck_composes_each_group_choice_and_leaves_plain_values_to_the_plan(monkeypatch, workdir):
-    """A typo in a group's choice fails before Hydra runs; a plain key's values are composed once per
-    job by the sweep plan anyway, so the pre-check does not compose them a second time. An Optuna
-    study has no plan: each of its values is composed here."""
+def test_a_sweeps_precheck_composes_each_group_choice_and_leaves_plain_values_to_the_run(monkeypatch, workdir):
+    """`ablate submit` and Hydra's print-only flags check a sweep before a driver (or nothing) runs
+    it: a typo in a group's choice fails in one line; a plain key's values are composed once per
+    job by the sweep itself (its plan, or each trial), so the pre-check does not compose them."""
     from ablate.cli import common
 
     monkeypatch.chdir(workdir)
@@ -55,7 +55,7 @@ def test_a_grid_sweep_precheck_composes_each_group_choice_and_leaves_plain_value
         assert swept({"model", "train.seed"}) == [["model=nano", "train.seed=1"], ["model=micro", "train.seed=1"]]
     seen.clear()
     common.precheck([*SMALL_DATA, "+sweep=lr", "train.seed=1,2"], "config", multirun=True)
-    assert swept({"train.seed"}) == [["train.seed=1"], ["train.seed=2"]]
+    assert swept({"train.seed"}) == [["train.seed=1"]]
     with pytest.raises(SystemExit):
         common.precheck([*SMALL_DATA, "model=nano,nope", "train.seed=1,2"], "config", multirun=True)
 
@@ -138,28 +138,42 @@ def test_a_diverging_run_fails_the_sweep_but_not_the_others(cli, run_statuses, w
     assert "| optim.lr=100 | failed |" in proc.stderr
 
 
-def test_the_command_line_starts_a_sweeps_worker_exactly_when_the_config_names_a_process_launcher(monkeypatch, workdir):
-    """The warm worker starts before Hydra is imported, from the arguments alone: for every sweep
-    preset, with and without a launcher given, the guess agrees with the composed config's launcher
-    (the sweep callback's certain answer), and preloads the store the arguments name."""
-    from omegaconf import OmegaConf
+def test_a_sweep_starts_its_warm_worker_exactly_when_hydra_sets_up_a_process_launcher(monkeypatch, workdir):
+    """Decided from the composed config, when Hydra builds the launcher, for every sweep preset with
+    and without a launcher given: the worker preloads the store the config tracks into, or none
+    without tracking, and belongs to the sweep callback (which closes it at the sweep's end)."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.plugins import Plugins
+    from hydra.types import HydraContext
 
     from ablate.cli import common
-    from ablate.cli.main import _process_launched_sweep
     from ablate.config import CONF_DIR
+    from ablate.sweep import callback
+    from hydra_plugins.ablate_launcher.process_launcher import ProcessLauncher
 
     monkeypatch.chdir(workdir)
+    monkeypatch.setattr(callback.Pool, "start", lambda pool: pool)  # what it would start, not started
     cases = [[f"+sweep={p.stem}"] for p in sorted((CONF_DIR / "sweep").glob("*.yaml"))]
     cases += [[*cases[0], f"hydra/launcher={name}"] for name in ("basic", "sequential", "parallel")]
-    cases += [["--multirun", "train.seed=1,2"], ["--multirun", "train.seed=1,2", "hydra/launcher=parallel"]]
-    stores = {"": "sqlite:", "tracking=none": "", "tracking.uri=http://127.0.0.1:5000": "http://127.0.0.1:5000"}
+    cases += [["train.seed=1"], ["train.seed=1", "hydra/launcher=parallel"]]
+    stores = {
+        "": f"sqlite:///{workdir}/mlflow.db",
+        "tracking=none": None,
+        "tracking.uri=http://h:5000": "http://h:5000",
+    }
     launchers = set()
     for args in cases:
-        cfg = common._compose("config", [a.replace("=1,2", "=1") for a in args if a != "--multirun"])
-        target = str(OmegaConf.select(cfg, "hydra.launcher._target_"))
-        launchers.add(target.endswith("ProcessLauncher"))
         for extra, store in stores.items():
-            guess = _process_launched_sweep([*args, *filter(None, [extra])])
-            assert guess == (store if target.endswith("ProcessLauncher") else None), (args, extra, target)
+            cfg = common._compose("config", [*args, *filter(None, [extra])])
+            HydraConfig.instance().set_config(cfg)
+            sweep = callback.SweepCallback()
+            callbacks = Callbacks()
+            callbacks.callbacks.append(sweep)
+            context = HydraContext(config_loader=None, callbacks=callbacks)
+            launcher = Plugins.instance().instantiate_launcher(hydra_context=context, task_function=None, config=cfg)
+            process = isinstance(launcher, ProcessLauncher)
+            launchers.add(process)
+            worker = sweep._pool.mlflow_uri if sweep._pool else "no worker"
+            assert worker == (store if process else "no worker"), (args, extra)
     assert launchers == {True, False} and len(cases) >= 10
-    assert _process_launched_sweep(["model=nano"]) is None  # one run: no sweep worker

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from hydra.core.global_hydra import GlobalHydra
 
@@ -48,18 +49,19 @@ def test_a_finished_and_a_failed_command_leave_the_process_as_they_found_it(cli,
     assert state() == before
 
 
-def test_module_level_names_a_command_rebinds_are_put_back():
-    """What `global` statements change (the last sweep's summary, a job's progress file) would
-    otherwise reach the next command run in this process."""
-    import inprocess
-    from ablate.run import progress
-    from ablate.sweep import callback
-
-    summary, status = callback.LAST_SUMMARY, progress._STATUS_FILE
-    saved = inprocess._Saved()
-    callback.LAST_SUMMARY, progress._STATUS_FILE = object(), object()
-    saved.restore()
-    assert (callback.LAST_SUMMARY, progress._STATUS_FILE) == (summary, status)
+def test_a_command_run_again_after_its_data_changed_sees_the_change(cli, tmp_path):
+    """A `data=tokens` run in this process, its token file then cut to 20 tokens: the same command
+    again fails as a fresh `python -m ablate` does. A command passes what it prepared to its run
+    and keeps nothing, so the second finds nothing of the first's."""
+    path = tmp_path / "tokens.bin"
+    (np.arange(20_000, dtype=np.uint16) % 100).tofile(path)
+    args = ["model=nano", "train.steps=1", "train.progress=false", "tracking=none", "data=tokens"]
+    args += [f"data.train_bin={path}", f"data.val_bin={path}", f"state_dir={tmp_path / 'state'}"]
+    first = cli(args, tmp_path)
+    assert first.returncode == 0, first.stderr
+    path.write_bytes(bytes(40))
+    again = cli(args, tmp_path)
+    assert again.returncode == 2 and "longer than" in again.stderr, again.stderr
 
 
 def test_a_forked_command_is_a_process_of_its_own(cli, tmp_path):

@@ -27,7 +27,7 @@ COMMAND_NAMES = set(COMMANDS)  # the front door's table: a command added there i
 # The commands that train (tiny gives them its budget); `study` trains only with --run.
 TRAINING = {"train", "submit", "study"}
 # Commands of the Hydra apps: run in the warm process when they use no shell syntax.
-IN_PROCESS = {name for name, (_, _, style) in COMMANDS.items() if style == "hydra"}
+IN_PROCESS = {name for name, (_, _, style) in COMMANDS.items() if style.startswith("hydra")}
 
 FLAGS = {"tiny", "gpu", "slurm"}
 KEYS = {"append", "replace", "exit", "files", "server", "timeout"}

@@ -30,7 +30,6 @@ def main() -> None:
     from hydra.core.global_hydra import GlobalHydra
 
     from ablate.cli import main as cli
-    from ablate.sweep import callback
 
     signals = [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2]
     handlers = {s: signal.getsignal(s) for s in signals}
@@ -42,7 +41,6 @@ def main() -> None:
         code = run(cli.main, request)
         cpu = _cpu() - cpu
         GlobalHydra.instance().clear()
-        callback.LAST_SUMMARY = None
         for s, h in handlers.items():
             signal.signal(s, h)
         torch.set_num_threads(threads)

@@ -116,16 +116,29 @@ def test_a_call_runs_in_a_process_forked_from_the_worker_and_raises_here():
     assert pool.call(os.getpid) == os.getpid()
 
 
-def test_a_worker_no_launcher_took_is_killed_at_once_not_waited_for():
-    """A command that fails its checks after the command line started a sweep's worker (bad input)
-    must not wait for the worker to finish importing torch and MLflow before it exits."""
-    from ablate.sweep.launch import pool as pools
+def test_a_sweep_whose_plan_fails_kills_its_worker_at_once_not_waited_for(monkeypatch, workdir):
+    """A sweep whose plan fails its checks after the launcher had the sweep callback start the warm
+    worker (bad input) must not wait for the worker to finish importing torch and MLflow before it
+    exits, and creates nothing."""
+    from ablate.cli import common
+    from ablate.sweep import callback
 
-    prestarted = pools.prestart(None)
-    proc = prestarted.workers[0].proc
-    pools.discard_prestarted()
-    assert proc.returncode == -signal.SIGKILL and not pools._PRESTARTED
-    assert prestarted.workers == []
+    monkeypatch.chdir(workdir)
+    cfg = common._compose("config", ["hydra/launcher=parallel", "hydra.mode=MULTIRUN", *SMALL_DATA])
+
+    def bad_plan(loader, config, batch, first_num):
+        raise ConfigError("sweep job #0 (x=1): bad")
+
+    monkeypatch.setattr(callback.sweep_plan, "compose", bad_plan)
+    sweep = callback.SweepCallback()
+    sweep.on_multirun_start(cfg)
+    pool = sweep.start_worker(None)
+    proc = pool.workers[0].proc
+    with pytest.raises(ConfigError, match="bad"):
+        sweep.plan(None, [["x=1"]], 0)
+    assert proc.returncode == -signal.SIGKILL, "killed while it still imports, not waited for"
+    assert pool.workers == [] and sweep._pool is None
+    assert not list(workdir.glob("multirun"))
 
 
 @pytest.mark.slow

@@ -1,10 +1,15 @@
-"""Every launcher's settings parsed before anything is created (sweep/launch/settings.py), with the
-parsers the launchers themselves use."""
+"""Every launcher's settings parsed when Hydra builds the launcher, before the sweep's first job is
+planned (sweep/launch/settings.py, slurm.py): one line naming the key, nothing created."""
 
 import pytest
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from ablate.config import ConfigError
-from ablate.sweep.launch.settings import PROCESS_LAUNCHER, SUBMITIT_LAUNCHER, check_launcher, parse_process_settings
+from ablate.sweep.launch.settings import parse_process_settings
+
+PROCESS = "hydra_plugins.ablate_launcher.process_launcher.ProcessLauncher"
+SUBMITIT = "hydra_plugins.ablate_slurm.submitit_launcher.SubmititLauncher"
 
 
 @pytest.mark.parametrize(
@@ -19,11 +24,18 @@ from ablate.sweep.launch.settings import PROCESS_LAUNCHER, SUBMITIT_LAUNCHER, ch
 )
 def test_process_launcher_settings(tree, words):
     with pytest.raises(ConfigError, match=words.replace(".", r"\.")):
-        check_launcher({"_target_": PROCESS_LAUNCHER, **tree})
+        parse_process_settings(tree)
 
 
-def test_good_settings_parse_and_unknown_launchers_are_left_to_hydra():
-    assert parse_process_settings({"_target_": PROCESS_LAUNCHER, "workers": 2}).workers == 2
-    check_launcher({"_target_": "somebody.elses.Launcher", "anything": -1})
-    with pytest.raises(ConfigError, match="timeout_min=0"):
-        check_launcher({"_target_": SUBMITIT_LAUNCHER, "timeout_min": 0})
+def test_a_launcher_built_with_bad_settings_stops_in_one_line(capsys):
+    assert parse_process_settings({"workers": 2}).workers == 2
+    assert instantiate(OmegaConf.create({"_target_": PROCESS, "workers": 2})).settings.workers == 2
+    for target, tree, words in (
+        (PROCESS, {"workers": 0}, "workers=0"),
+        (SUBMITIT, {"timeout_min": 0}, "timeout_min=0"),
+    ):
+        with pytest.raises(SystemExit) as stopped:
+            instantiate(OmegaConf.create({"_target_": target, **tree}))
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and words in err and err.count("\n") == 1

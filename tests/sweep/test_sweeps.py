@@ -39,6 +39,27 @@ def hydra_conf():
         yield
 
 
+def grid(config) -> list[list[str]]:
+    """Every job's overrides, as the grid sweeper (Hydra's BasicSweeper) expands them, in its order."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    arguments = [f"{k}={v}" for k, v in params.items()]
+    arguments += list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
+    overrides = OverridesParser.create().parse_overrides(arguments)
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+def plan(config) -> list:
+    """Every job composed, parsed, checked and hashed, as the grid sweeper's check of its batch does."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader()
+    return sweep_plan.assess(sweep_plan.compose(loader, config, grid(config)))
+
+
 # -- presets ------------------------------------------------------------------------------------
 
 GRIDS = {
@@ -54,7 +75,7 @@ GRIDS = {
 
 @pytest.mark.parametrize("name", sorted(GRIDS))
 def test_each_preset_expands_to_its_grid(hydra_conf, name):
-    jobs = sweep_plan.expand(composed([f"+sweep={name}"]))
+    jobs = grid(composed([f"+sweep={name}"]))
     axes = GRIDS[name]
     assert len(jobs) == math.prod(len(v) for v in axes.values())
     for key, values in axes.items():
@@ -70,7 +91,7 @@ def test_a_command_line_axis_replaces_the_presets(hydra_conf):
     cfg = composed(["+sweep=scaling"])
     with open_dict(cfg):  # what Hydra records for `+sweep=scaling train.tokens=1024,2048 model=nano,large`
         cfg.hydra.overrides.task = ["+sweep=scaling", "train.tokens=1024,2048", "model=nano,large"]
-    jobs = sweep_plan.expand(cfg)
+    jobs = grid(cfg)
     assert sorted(" ".join(o for o in job if not o.startswith("+")) for job in jobs) == sorted(
         f"model={m} train.tokens={t}" for m in ("nano", "large") for t in (1024, 2048)
     )
@@ -84,7 +105,7 @@ def test_a_command_line_launcher_replaces_the_presets(hydra_conf):
 def test_isoflop_trains_every_model_to_its_budget(hydra_conf):
     cfg = composed(["+sweep=isoflop", *SMALL_DATA])
     HydraConfig.instance().set_config(cfg)
-    jobs = sweep_plan.prepare(cfg)
+    jobs = plan(cfg)
     assert len(jobs) == 12
     for job in jobs:
         budget, per_step = job.cfg.train.flops, job.cost_flops / job.total_steps
@@ -101,7 +122,7 @@ def test_the_plan_keys_jobs_like_train_prepare(hydra_conf, tmp_path):
 
     cfg = composed(["+sweep=attention", *SMALL_DATA, f"hydra.sweep.dir={tmp_path}"])
     HydraConfig.instance().set_config(cfg)
-    jobs = sweep_plan.prepare(cfg)
+    jobs = plan(cfg)
     for job in jobs:
         prepared = train.prepare(job.cfg)
         assert job.config_hash == prepared.config_hash
@@ -111,17 +132,17 @@ def test_the_plan_keys_jobs_like_train_prepare(hydra_conf, tmp_path):
     assert OmegaConf.select(cfg, "tracking.experiment") == "attention"
 
 
-def _planned_sweep(tmp_path):
-    """A two-job grid (train.seed=1,2) planned as the sweep callback plans it; (config, jobs' overrides)."""
+def _grid_sweep(tmp_path):
+    """A two-job grid (train.seed=1,2), as Hydra composes its master config; (config, jobs' overrides)."""
     from omegaconf import open_dict
 
     base = ["model=nano", "train.steps=2", *SMALL_DATA, f"hydra.sweep.dir={tmp_path}"]
     cfg = composed(base)
     with open_dict(cfg):  # what Hydra records for `python -m ablate --multirun BASE train.seed=1,2`
         cfg.hydra.overrides.task = [*base, "train.seed=1,2"]
+        cfg.tracking.backend = "none"
     HydraConfig.instance().set_config(cfg)
-    sweep_plan.prepare(cfg)
-    return cfg, sweep_plan.expand(cfg)
+    return cfg, grid(cfg)
 
 
 def test_a_job_runs_the_config_its_plan_composed_without_composing_it_again(hydra_conf, tmp_path):
@@ -136,15 +157,14 @@ def test_a_job_runs_the_config_its_plan_composed_without_composing_it_again(hydr
 
     from ablate.sweep.launch import process, worker
 
-    cfg, jobs = _planned_sweep(tmp_path)
+    cfg, jobs = _grid_sweep(tmp_path)
     loader = GlobalHydra.instance().config_loader()
-    planned = sweep_plan.composed(jobs[1])
-    fresh = loader.load_sweep_config(copy.deepcopy(cfg), list(jobs[1]))  # another sweep config: composed
+    planned = sweep_plan.compose(loader, cfg, jobs)[1].composed
+    fresh = loader.load_sweep_config(copy.deepcopy(cfg), list(jobs[1]))
     assert OmegaConf.to_container(planned, resolve=False) == OmegaConf.to_container(fresh, resolve=False)
-    assert planned.train.seed == 2 and sweep_plan.composed(["train.seed=7"]) is None
+    assert planned.train.seed == 2
     with open_dict(planned):
-        planned.train.seed = 777  # a copy: the plan's own stays as composed
-    assert sweep_plan.composed(jobs[1]).train.seed == 2
+        planned.train.seed = 777
 
     # The worker's job decodes the config it is sent and runs it: seed 777 proves nothing was composed.
     context = HydraContext(config_loader=loader, callbacks=Callbacks())
@@ -155,14 +175,19 @@ def test_a_job_runs_the_config_its_plan_composed_without_composing_it_again(hydr
     assert worker.run_one(spec, 1, list(jobs[1])).return_value == 2  # no config sent: the job composes it
 
 
-def test_hydras_sweeper_and_launchers_reuse_the_plans_compositions(hydra_conf, tmp_path):
-    """BasicSweeper.validate_batch_is_legal and the launchers ask the shared config loader for each
-    job's config: a job the plan composed comes back as a copy of that, anything else is composed
-    (and checked) as before."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+def test_the_grid_sweeper_plans_each_job_once_and_opens_the_sweep_with_its_plan(hydra_conf, tmp_path):
+    """Hydra's BasicSweeper checks each batch before launching it (validate_batch_is_legal); the
+    project's sweeper makes that check the plan: every job composed once, its plan in sweep.json,
+    and its composition held by the sweep callback for the launcher, not composed again."""
+    from hydra._internal.callbacks import Callbacks
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import HydraContext
 
-    cfg, jobs = _planned_sweep(tmp_path)
+    from ablate.sweep.callback import SweepCallback
+    from ablate.sweep.context import read_sweep_file
+    from hydra_plugins.ablate_sweeper.planning_sweeper import PlanningSweeper
+
+    cfg, jobs = _grid_sweep(tmp_path)
     loader = GlobalHydra.instance().config_loader()
     seen = []
     load = loader.load_configuration
@@ -172,16 +197,22 @@ def test_hydras_sweeper_and_launchers_reuse_the_plans_compositions(hydra_conf, t
         return load(*args, **kwargs)
 
     loader.load_configuration = counting
-    sweeper = BasicSweeper(max_batch_size=None)
-    sweeper.config, sweeper.hydra_context, sweeper.config_loader = cfg, None, loader
-    unplanned = [*jobs[0][:-1], "train.seed=3"]
-    sweeper.validate_batch_is_legal([list(jobs[0]), list(jobs[1]), unplanned])
-    assert [o[-1] for o in seen] == ["train.seed=3"]
-    assert loader.load_sweep_config(cfg, list(jobs[1])).train.seed == 2 and len(seen) == 1
-    with pytest.raises(Exception, match="Could not override 'train.nope'"):
-        sweeper.validate_batch_is_legal([[*jobs[0], "train.nope=1"]])  # Hydra's own check still runs
-    other = copy.deepcopy(cfg)  # another sweep config: its jobs are composed from it
-    assert loader.load_sweep_config(other, list(jobs[1])).train.seed == 2 and len(seen) == 3
+    callbacks = Callbacks()
+    sweep = SweepCallback()
+    callbacks.callbacks.append(sweep)
+    sweep.on_multirun_start(cfg)
+    sweeper = PlanningSweeper()
+    sweeper.config, sweeper.hydra_context = cfg, HydraContext(config_loader=loader, callbacks=callbacks)
+    sweeper.validate_batch_is_legal(jobs)
+    assert [o[-1] for o in seen] == ["train.seed=1", "train.seed=2"]  # each job composed once
+    planned = read_sweep_file(tmp_path)["plan"]
+    assert [(j["num"], j["action"], j["label"]) for j in planned] == [
+        (0, "run", "train.seed=1"),
+        (1, "run", "train.seed=2"),
+    ]
+    assert sweep.composed(1).train.seed == 2 and sweep.composed(7) is None and len(seen) == 2
+    with pytest.raises(SystemExit):  # a job that does not compose: one line, exit 2
+        sweeper.validate_batch_is_legal([[*jobs[0], "train.nope=1"]])
 
 
 # -- launcher settings --------------------------------------------------------------------------
@@ -222,11 +253,7 @@ def test_a_bad_launcher_setting_is_one_clear_line():
 
 def test_a_run_reports_its_progress_to_its_job_dir(tmp_path):
     path = tmp_path / "progress.json"
-    progress.report_to(path)
-    try:
-        bar = progress.RunProgress(total=100, start=40, enabled=False, label="nano/fp32")
-    finally:
-        progress.report_to(None)
+    bar = progress.RunProgress(total=100, start=40, enabled=False, label="nano/fp32", status_file=path)
     bar.update(50, 2.5, 1234.0)
     status = json.loads(path.read_text())
     assert (status["step"], status["start"], status["total"], status["loss"]) == (50, 40, 100, 2.5)

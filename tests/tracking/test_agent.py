@@ -16,7 +16,6 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ablate.cli.main import _one_tracked_run
 from ablate.config import TrackingConfig
 from ablate.tracking import agent
 from ablate.tracking.tags import CONFIG_HASH_TAG, REASON_TAG, STEP_KEY
@@ -104,25 +103,20 @@ def test_a_dead_agent_is_an_outage_the_tracker_buffers_then_spools(served, tmp_p
 
 
 def test_no_agent_where_mlflow_is_imported_already():
-    agent.prestart()  # this test process has imported MLflow: a RunStore here costs nothing to start
-    assert agent._AGENT[0] is None
-    assert agent.store_for("sqlite:////tmp/x.db", "e") is None
+    # this test process has imported MLflow: a RunStore here costs nothing to start
+    assert agent.start("sqlite:////tmp/x.db") is None
 
 
-@pytest.mark.parametrize(
-    "args, tracked",
-    [
-        ([], True),
-        (["model=tiny", "train.steps=10"], True),
-        (["tracking=none"], False),
-        (["--multirun", "train.seed=1,2"], False),
-        (["+sweep=precision"], False),
-        (["--cfg", "job"], False),
-        (["--help"], False),
-    ],
-)
-def test_the_command_line_starts_an_agent_only_for_one_tracked_run(args, tracked):
-    assert _one_tracked_run(args) is tracked
+def test_an_agent_serves_only_its_own_store_experiment_and_process(served):
+    process, uri = served
+    assert isinstance(process.store_for(uri, "served"), agent.AgentStore)
+    assert process.store_for("sqlite:////tmp/other.db", "served") is None
+    assert process.store_for(uri, "another experiment") is None
+    process.owner = -1  # as in a child forked from the process that started it
+    assert process.store_for(uri, "served") is None
+    process.close()  # only its owner closes it
+    assert process.alive()
+    process.owner = os.getpid()
 
 
 @pytest.mark.e2e

@@ -2,11 +2,11 @@
 library that turns a ConfigError into one line and exit 2 (common.fail).
 
     main.py    the front door: dispatch to a command; `ablate --help` lists them
-    common.py  fail, hydra_main, the precheck of overrides before Hydra runs
+    common.py  fail, hydra_main: the config composed once and run in Hydra's own order
     train.py   `ablate [train]`: a run or a sweep        fit.py    `ablate fit`: scaling laws
     plan.py    `ablate plan`: price a big run            study.py  `ablate study`: recorded studies
     submit.py  `ablate submit`: a SLURM driver job       jobs.py   `ablate jobs`: a SLURM sweep's jobs
     sync.py    `ablate sync`: spooled runs               ui.py     `ablate ui`: the MLflow UI
     prepare.py `ablate prepare`: text -> token files
-    hooks.py   the sweep callback Hydra calls, with one-line errors
+    hooks.py   the sweep callback Hydra calls (conf/config.yaml names it)
 """

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import NoReturn
 
 from ablate.config import CONF_DIR, ConfigError, parse_run
 from ablate.files import check_writable_dir
-from ablate.search.space import check_sweeper
-from ablate.sweep.launch.settings import check_launcher
-from ablate.sweep.plan import BASIC_SWEEPER
-from ablate.tracking import agent
-from ablate.tracking.store import check_store
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -23,28 +20,36 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise SystemExit(code)
 
 
-def hydra_main(task: Callable, config_name: str, name: str = "", summary: str = "", example: str = "") -> None:
-    """Run `task` as a Hydra app over conf/<config_name>.yaml. `--help` prints this command's own
-    help (command_help) instead of Hydra's, which lists every config group in conf/."""
-    import hydra
-
+def hydra_main(
+    task: Callable,
+    config_name: str,
+    name: str = "",
+    summary: str = "",
+    example: str = "",
+    argv: list[str] | None = None,
+    setup: Callable | None = None,
+):
+    """Run `task` as a Hydra app over conf/<config_name>.yaml with `argv` (None: this process's
+    arguments). `--help` prints this command's own help (command_help) instead of Hydra's, which
+    lists every config group in conf/. `setup(cfg)`: for one run, a context manager that checks the
+    composed config before Hydra creates anything and yields what the task takes besides it
+    (cli/train.py: the run parsed and prepared). The sweep callbacks of a multirun, or None."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     if not (CONF_DIR / f"{config_name}.yaml").is_file():
         fail(
             f"no {config_name}.yaml in {CONF_DIR} "
             "(valid: run from a checkout installed with `make install`, or set ABLATE_CONF)"
         )
-    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+    if any(a in ("-h", "--help") for a in argv):
         print(command_help(config_name, name or config_name, summary, example))
-        return
+        return None
+    args = hydra_args(argv)
     if config_name == "config":
-        sys.argv += budget_override(sys.argv[1:])
-    if not os.environ.get("HYDRA_FULL_ERROR"):
-        multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
-        # --cfg, --help, --info only print: the config is composed, not prepared.
-        deep = not any(a in _PRINT_ONLY for a in sys.argv[1:])
-        precheck(overrides_only(sys.argv[1:]), config_name, multirun, deep)
+        args.overrides += budget_override(args.overrides)
     try:
-        hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)(task)()
+        if os.environ.get("HYDRA_FULL_ERROR") or any(a in _PRINT_ONLY for a in argv):
+            return _hydra_itself(task, config_name, args)
+        return run_app(task, config_name, args, setup)
     except KeyboardInterrupt as exc:
         # The run (or each run of a sweep) has recorded itself KILLED and kept its checkpoint; a
         # launcher that stopped its jobs says how many in the exception (sweep/launch/process.py).
@@ -55,6 +60,137 @@ def hydra_main(task: Callable, config_name: str, name: str = "", summary: str = 
             file=sys.stderr,
         )
         raise SystemExit(130) from None  # 128 + SIGINT, the shell's convention
+
+
+def _hydra_itself(task: Callable, config_name: str, args) -> None:
+    """Hydra's own handling of its print-only flags (--cfg, --info, ...), after the overrides have
+    been checked in one line each; with HYDRA_FULL_ERROR, everything as Hydra does it, unchecked."""
+    from hydra._internal.utils import _run_hydra, get_args_parser
+
+    if not os.environ.get("HYDRA_FULL_ERROR"):
+        precheck(args.overrides, config_name, args.multirun, deep=False)  # printed, not run
+    parser = get_args_parser()
+    _run_hydra(args=args, args_parser=parser, task_function=task, config_path=str(CONF_DIR), config_name=config_name)
+
+
+def run_app(task: Callable, config_name: str, args, setup: Callable | None = None):
+    """Hydra.run or Hydra.multirun in Hydra's own order (compose, callbacks, run_job or the
+    sweeper), with the config composed once: a composition error is one line, a single run is
+    checked by `setup` before its folder exists, a sweep by check_sweep before its callbacks run."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    hydra = _create_hydra(task, args.config_dir)
+    try:
+        overrides = [*args.overrides, *(["hydra.mode=MULTIRUN"] if args.multirun else [])]
+        cfg = _compose_master(hydra, config_name, overrides)
+        if cfg.hydra.mode == RunMode.MULTIRUN:
+            return _multirun(hydra, cfg, config_name, task)
+        _run(hydra, cfg, config_name, task, setup)
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _create_hydra(task: Callable, config_dir: str | None):
+    """Hydra's own object over conf/ (and --config-dir), its job named after the task's module, as
+    hydra.main names it (the run's log file is NAME.log)."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import (
+        create_automatic_config_search_path,
+        detect_calling_file_or_module_from_task_function,
+        detect_task_name,
+    )
+    from hydra.core.config_search_path import SearchPathQuery
+
+    calling_file, calling_module = detect_calling_file_or_module_from_task_function(task)
+    search_path = create_automatic_config_search_path(calling_file, calling_module, str(CONF_DIR))
+    if config_dir is not None:
+        path = os.path.abspath(config_dir)
+        if not os.path.isdir(path):
+            fail(f"--config-dir {config_dir} is not a directory")
+        search_path.prepend(provider="command-line", path=f"file://{path}", anchor=SearchPathQuery(provider="schema"))
+    return Hydra.create_main_hydra2(
+        task_name=detect_task_name(calling_file, calling_module), config_search_path=search_path
+    )
+
+
+def _compose_master(hydra, config_name: str, overrides: list[str]):
+    """The command's one composition, as Hydra composes a multirun's master config (sweep values
+    allowed until the mode is known); one line on a bad override. A single run's overrides are then
+    checked as Hydra checks them for a run, and its mode recorded as Hydra records it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from hydra.types import RunMode
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        cfg = hydra.compose_config(config_name, overrides, run_mode=RunMode.MULTIRUN, validate_sweep_overrides=False)
+        if cfg.hydra.mode is None:
+            parsed = OverridesParser.create().parse_overrides(overrides)
+            hydra.config_loader.validate_sweep_overrides_legal(parsed, run_mode=RunMode.RUN, from_shell=True)
+            cfg.hydra.mode = RunMode.RUN
+            cfg.hydra.overrides.hydra.append("hydra.mode=RUN")
+    except (HydraException, OmegaConfBaseException) as exc:
+        fail(explain(exc, overrides, config_name))
+    return cfg
+
+
+def _run(hydra, cfg, config_name: str, task: Callable, setup: Callable | None) -> None:
+    """Hydra.run's steps on the composed config; `setup` first, whose context spans the run."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra._internal.utils import run_and_report
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import configure_log, run_job
+    from hydra.types import HydraContext
+
+    HydraConfig.instance().set_config(cfg)  # the config's ${hydra:...} values resolve from here on
+    try:
+        context = setup(cfg) if setup is not None else contextlib.nullcontext({})
+        with context as task_kwargs:
+            configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)
+            callbacks = Callbacks(cfg)
+            callbacks.on_run_start(config=cfg, config_name=config_name)
+
+            def run():
+                ret = run_job(
+                    hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
+                    task_function=partial(task, **task_kwargs),
+                    config=cfg,
+                    job_dir_key="hydra.run.dir",
+                    job_subdir_key=None,
+                )
+                callbacks.on_run_end(config=cfg, config_name=config_name, job_return=ret)
+                return ret.return_value  # raises what the task raised
+
+            run_and_report(run)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def _multirun(hydra, cfg, config_name: str, task: Callable):
+    """Hydra.multirun's steps on the composed config, after check_sweep; returns the callbacks."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra._internal.utils import run_and_report
+    from hydra.core.plugins import Plugins
+    from hydra.types import HydraContext
+    from omegaconf import OmegaConf
+
+    check_sweep(cfg)
+    callbacks = Callbacks(cfg)
+
+    def sweep():
+        callbacks.on_multirun_start(config=cfg, config_name=config_name)
+        sweeper = Plugins.instance().instantiate_sweeper(
+            config=cfg,
+            hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
+            task_function=task,
+        )
+        sweeper.sweep(arguments=OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False))
+        callbacks.on_multirun_end(config=cfg, config_name=config_name)
+
+    run_and_report(sweep)
+    return callbacks
 
 
 # Groups a training run takes beyond its defaults list: +sweep=NAME, and Hydra's launchers and sweeper.
@@ -118,25 +254,15 @@ def _show(value) -> str:
     return str(value)
 
 
-# Hydra's own flags that take a value: `--cfg job` is a request, not an override named "job".
-_FLAG_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd"}
-_FLAG_VALUE |= {"--experimental-rerun"}
-_INFO_VALUES = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}  # `--info` takes one or none
 _PRINT_ONLY = {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc"}
 
 
-def overrides_only(args: list[str]) -> list[str]:
-    """The overrides among a Hydra app's arguments: its flags and their values left out."""
-    overrides, i = [], 0
-    while i < len(args):
-        arg = args[i]
-        if arg in _FLAG_VALUE or (arg in ("--info", "-i") and i + 1 < len(args) and args[i + 1] in _INFO_VALUES):
-            i += 2
-            continue
-        if not arg.startswith("-"):
-            overrides.append(arg)
-        i += 1
-    return overrides
+def hydra_args(argv: list[str]):
+    """A Hydra app's arguments as Hydra's own parser reads them: its flags (and their values) apart
+    from the overrides (`args.overrides`)."""
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser().parse_args(argv)
 
 
 def budget_override(args: list[str]) -> list[str]:
@@ -149,14 +275,22 @@ def budget_override(args: list[str]) -> list[str]:
     return ["train.steps=null"] if given else []
 
 
+def check_sweep(cfg) -> None:
+    """A sweep's own checks on its composed master config, before its callbacks run: the folder it
+    will write to. The rest is checked where Hydra builds it, before anything exists: the launcher's
+    and the sweeper's settings by their plugins, every job by the plan (hydra_plugins/ablate_sweeper)."""
+    try:
+        check_writable_dir(hydra_node(cfg, "sweep.dir"), "hydra.sweep.dir")
+    except ConfigError as exc:
+        fail(str(exc))
+
+
 def precheck(args: list[str], config_name: str, multirun: bool = False, deep: bool = True) -> None:
-    """Before Hydra runs, so before it creates a run dir, a store, a parent run or a file: compose
-    the config once per distinct choice (a typo fails in one line that names the valid choices,
-    instead of Hydra's multi-line report), and check what the composed config asks for
-    (`check_run_config`). Sweep overrides (a,b,c) are checked value by value, except the values of a
-    plain key (not a config group) in a grid sweep (Hydra's BasicSweeper): the sweep plan composes
-    and checks every job anyway (sweep/plan.py), and composing them here too cost 0.1 s of CPU each.
-    """
+    """For a command that does not run the config itself (`ablate submit`, which a driver job runs
+    later; Hydra's print-only flags): compose it with the first value of each sweep, and again for
+    every other option a config group sweeps over (a typo fails in one line that names the valid
+    choices, instead of Hydra's multi-line report); with `deep`, a sweep's folder and its
+    launcher's settings are checked (check_sweep_config)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -167,30 +301,22 @@ def precheck(args: list[str], config_name: str, multirun: bool = False, deep: bo
         fail(_first_line(exc))
     plain = [o.input_line for o in parsed if not o.is_sweep_override()]
     sweeps = [o for o in parsed if o.is_sweep_override()]
-    first = plain + [_with_value(o, _values(o)[0]) for o in sweeps]
-    trials = [(first, None)]
+    first_values = plain + [_with_value(o, _values(o)[0]) for o in sweeps]
+    trials = [first_values]
     for i, o in enumerate(sweeps):
-        for v in _values(o)[1:]:
-            trial = list(first)
+        for v in _values(o)[1:] if _is_group(o) else []:
+            trial = list(first_values)
             trial[len(plain) + i] = _with_value(o, v)
-            trials.append((trial, o))
-    planned = False
-    for i, (overrides, varied) in enumerate(trials):
-        if planned and not _is_group(varied):
-            continue
+            trials.append(trial)
+    for i, overrides in enumerate(trials):
         try:
             cfg = _compose(config_name, overrides)
+            if i == 0 and config_name == "config" and deep and _is_sweep(cfg, multirun):
+                check_sweep_config(cfg)
+        except ConfigError as exc:
+            fail(str(exc))
         except (HydraException, OmegaConfBaseException) as exc:
             fail(explain(exc, overrides, config_name))
-        if i == 0:
-            planned = _planned_sweep(cfg, multirun)
-        if config_name == "config" and deep:
-            try:
-                check_run_config(cfg, multirun, [o.input_line for o in parsed], first=i == 0)
-            except ConfigError as exc:
-                fail(str(exc))
-            except (HydraException, OmegaConfBaseException) as exc:
-                fail(_first_line(exc))
 
 
 def _is_group(override) -> bool:
@@ -199,72 +325,38 @@ def _is_group(override) -> bool:
     return "/" in key or (CONF_DIR / key).is_dir()
 
 
-def _planned_sweep(cfg, multirun: bool) -> bool:
-    """Whether a composed config is a sweep whose every job the sweep plan composes (sweep/plan.py)."""
+def _is_sweep(cfg, multirun: bool) -> bool:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    sweep = multirun or OmegaConf.select(cfg, "hydra.mode") == RunMode.MULTIRUN
-    return sweep and OmegaConf.select(cfg, "hydra.sweeper._target_") == BASIC_SWEEPER
+    return multirun or OmegaConf.select(cfg, "hydra.mode") == RunMode.MULTIRUN
 
 
-def check_run_config(cfg, multirun: bool, args: list[str], first: bool) -> None:
-    """What `python -m ablate` will do with a composed config (with its `hydra` node), checked
-    before Hydra creates anything; ConfigError otherwise. Every key of every group (parse_run);
-    the dirs Hydra and the run will write to; a single run is prepared in full (this machine, its
-    memory, the data, the store: run/prepare.py) and kept for the run; a sweep's launcher and
-    sweeper settings are parsed by the parsers they use, because Hydra builds them only after the
-    sweep callback has created the store and a parent run. (A sweep's jobs are prepared by that
-    callback's plan, sweep/plan.py, before it creates anything.)"""
+def hydra_node(cfg, key: str):
+    """cfg.hydra.KEY resolved, as plain data."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.select(cfg, f"hydra.{key}")
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+def check_sweep_config(cfg) -> None:
+    """A sweep's folder, and its launcher's settings, checked as the launcher checks them: by
+    having Hydra build it (the plugins parse their settings when built), with no sweep callback."""
+    from hydra._internal.callbacks import Callbacks
     from hydra.core.hydra_config import HydraConfig
+    from hydra.core.plugins import Plugins
     from hydra.core.utils import setup_globals
-    from hydra.types import RunMode
-    from omegaconf import OmegaConf
+    from hydra.types import HydraContext
 
     setup_globals()
     HydraConfig.instance().set_config(cfg)
-
-    def hydra_node(key: str):
-        node = OmegaConf.select(cfg, f"hydra.{key}")
-        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-
-    tree = _resolved_task(cfg)
-    if not (multirun or hydra_node("mode") == RunMode.MULTIRUN):
-        run_cfg = parse_run(tree)
-        # The cheap checks of what prepare checks too, before its imports (torch) cost seconds.
-        check_writable_dir(run_cfg.state_dir, "state_dir")
-        tracking = run_cfg.tracking
-        if tracking.backend == "mlflow":
-            check_store(tracking.uri)
-            agent.use(tracking.uri)  # the store's code imported on another core while this process imports torch
-        else:
-            agent.close()
-        check_writable_dir(hydra_node("run.dir"), "hydra.run.dir")
-        from ablate.run.branches import is_family, prepare_family  # torch: only once the config parses
-        from ablate.run.prepare import prepare, remember
-
-        if is_family(run_cfg):  # a list budget: a trunk and its cooldown branches, each prepared
-            prepare_family(run_cfg)
-        else:
-            remember(run_cfg, prepare(run_cfg))
-        if tracking.backend == "mlflow":
-            agent.open_store(tracking.uri, tracking.experiment)  # every check passed: the store may be created
-        return
-    # A sweep's base config may lack what its sweeper's params add (a budget per job): every job
-    # is parsed and prepared by the sweep callback's plan (sweep/plan.py), before it creates anything.
-    agent.close()  # a sweep's jobs track from their own processes
-    check_writable_dir(hydra_node("sweep.dir"), "hydra.sweep.dir")
-    if not first:  # the launcher and sweeper settings are the same for every choice
-        return
-
-    check_launcher(hydra_node("launcher") or {})
-    sweeper = hydra_node("sweeper") or {}
-    if str(sweeper.get("_target_", "")).endswith("OptunaSweeper"):
-        task_args = [a for a in args if not a.lstrip("+~").startswith("hydra")]
-        check_sweeper(sweeper, task_args, tree, hydra_node("runtime.cwd"))
+    check_writable_dir(hydra_node(cfg, "sweep.dir"), "hydra.sweep.dir")
+    context = HydraContext(config_loader=None, callbacks=Callbacks())
+    Plugins.instance().instantiate_launcher(hydra_context=context, task_function=lambda cfg: None, config=cfg)
 
 
-def _resolved_task(cfg) -> dict:
+def resolved_task(cfg) -> dict:
     """The task's part of a composed config (all but `hydra`), resolved, as a plain dict."""
     from omegaconf import OmegaConf
 
@@ -343,6 +435,6 @@ def compose_run(overrides: list[str]):
         cfg = _compose("config", overrides)
         setup_globals()
         HydraConfig.instance().set_config(cfg)
-        return parse_run(_resolved_task(cfg))
+        return parse_run(resolved_task(cfg))
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(explain(exc, overrides)) from None

@@ -42,8 +42,8 @@ def task(cfg) -> dict:
     return render.plan_dict(plan)
 
 
-def main() -> None:
-    hydra_main(task, config_name="plan", name="plan", summary=SUMMARY, example=EXAMPLE)
+def main(argv: list[str] | None = None) -> None:
+    hydra_main(task, config_name="plan", name="plan", summary=SUMMARY, example=EXAMPLE, argv=argv)
 
 
 if __name__ == "__main__":

@@ -3,16 +3,19 @@ app over conf/config.yaml). The work is in run/ (one run) and sweep/ (many)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from pathlib import Path
 
-from ablate.cli.common import fail, hydra_main
+from ablate.cli.common import fail, hydra_main, hydra_node, resolved_task
 from ablate.config import ConfigError, UnsupportedError, parse_run
-from ablate.files import write_json
+from ablate.files import check_writable_dir, write_json
 from ablate.search.trial import trial_hook
 from ablate.sweep import callback
-from ablate.sweep.context import job_context
+from ablate.sweep.context import PROGRESS_FILE, job_context
+from ablate.tracking import agent as tracking_agent
+from ablate.tracking.store import check_store
 
 # A second launch of a run that another launch is training now (run/lock.py): sysexits' EX_TEMPFAIL,
 # "try again later".
@@ -24,35 +27,30 @@ SUMMARY = (
 EXAMPLE = "ablate model=tiny precision=bf16 train.steps=300"
 
 
-def task(cfg) -> dict:
-    """Hydra task: one run. Returns the RunResult as a dict (the sweep summary reads result.json)."""
+def task(cfg, run_cfg=None, prepared=None, agent=None) -> dict:
+    """Hydra task: one run. Returns the RunResult as a dict (the sweep summary reads result.json).
+    A single run comes parsed and prepared (`run_cfg`, `prepared`: see one_run) with the tracking
+    agent the command started for it; a sweep's job parses and prepares its own config here."""
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
 
     from ablate.run import branches, preemption, train  # torch: imported once the config is known to be good
-    from ablate.run.prepare import prepare
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
     context = job_context(hc)
-    try:
-        run_cfg = parse_run(OmegaConf.to_container(cfg, resolve=True))
-        if context.label and not context.label.startswith("#") and run_cfg.tracking.run_name is None:
-            # a sweep's run is named by what sets it apart: the UI's legends then read "precision=bf16"
-            run_cfg = dataclasses.replace(
-                run_cfg, tracking=dataclasses.replace(run_cfg.tracking, run_name=context.label)
-            )
-        family = branches.is_family(run_cfg)
-        prepared = branches.prepare_family(run_cfg) if family else prepare(run_cfg)
-    except UnsupportedError as exc:
-        if not (context.in_sweep and cfg.get("skip_unsupported")):
+    if prepared is None:
+        try:
+            run_cfg, prepared = _parse_and_prepare(cfg, context)
+        except UnsupportedError as exc:
+            if not (context.in_sweep and cfg.get("skip_unsupported")):
+                fail(str(exc))
+            print(f"skipped: {exc}", file=sys.stderr)
+            record = {"status": "unsupported", "reason": str(exc), "precision": cfg.precision.name}
+            write_json(out_dir / "result.json", record)
+            return record
+        except ConfigError as exc:
             fail(str(exc))
-        print(f"skipped: {exc}", file=sys.stderr)
-        record = {"status": "unsupported", "reason": str(exc), "precision": cfg.precision.name}
-        write_json(out_dir / "result.json", record)
-        return record
-    except ConfigError as exc:
-        fail(str(exc))
+    family = branches.is_family(run_cfg)
     if family:
         return _family(prepared, out_dir, context)
     train.set_threads(context.threads)
@@ -66,6 +64,8 @@ def task(cfg) -> dict:
             prepared=prepared,
             parent_run_id=context.parent_run_id,
             on_eval=on_eval,
+            agent=agent,
+            progress_file=_progress_file(out_dir, context),
         )
     except KeyboardInterrupt:
         raise
@@ -89,6 +89,54 @@ def task(cfg) -> dict:
     return result.to_dict()
 
 
+def _progress_file(out_dir: Path, context) -> Path | None:
+    """A sweep's job reports its progress in its directory, where the sweep's live line reads it."""
+    return out_dir / PROGRESS_FILE if context.in_sweep else None
+
+
+def _parse_and_prepare(cfg, context):
+    """A sweep job's (RunConfig, Prepared or Family), its run named by what sets it apart from the
+    sweep's other jobs: the UI's legends then read "precision=bf16"."""
+    from omegaconf import OmegaConf
+
+    from ablate.run import branches
+    from ablate.run.prepare import prepare
+
+    run_cfg = parse_run(OmegaConf.to_container(cfg, resolve=True))
+    if context.label and not context.label.startswith("#") and run_cfg.tracking.run_name is None:
+        run_cfg = dataclasses.replace(run_cfg, tracking=dataclasses.replace(run_cfg.tracking, run_name=context.label))
+    return run_cfg, branches.prepare_family(run_cfg) if branches.is_family(run_cfg) else prepare(run_cfg)
+
+
+@contextlib.contextmanager
+def one_run(cfg):
+    """One run checked in full before Hydra creates its folder (common.hydra_main's `setup`):
+    every key of every group parsed once, the dirs it will write to, the store, and the run
+    prepared (this machine, its memory, the data: run/prepare.py), then passed to the task. A run
+    that tracks gets a tracking agent (tracking/agent.py) that imports the store's code while this
+    process imports torch, and opens the store only once every check has passed; closed at the
+    end of the command."""
+    run_cfg = parse_run(resolved_task(cfg))
+    # The cheap checks of what prepare checks too, before its imports (torch) cost seconds.
+    check_writable_dir(run_cfg.state_dir, "state_dir")
+    tracking = run_cfg.tracking
+    if tracking.backend == "mlflow":
+        check_store(tracking.uri)
+    check_writable_dir(hydra_node(cfg, "run.dir"), "hydra.run.dir")
+    agent = tracking_agent.start(tracking.uri) if tracking.backend == "mlflow" else None
+    try:
+        from ablate.run import branches  # torch: only once the config parses
+        from ablate.run.prepare import prepare
+
+        prepared = branches.prepare_family(run_cfg) if branches.is_family(run_cfg) else prepare(run_cfg)
+        if agent is not None:
+            agent.open(tracking.experiment)  # every check passed: the store may be created
+        yield {"run_cfg": run_cfg, "prepared": prepared, "agent": agent}
+    finally:
+        if agent is not None:
+            agent.close()
+
+
 def _family(fam, out_dir: Path, context) -> dict:
     """A list budget: the trunk, then a cooldown branch per budget (run/branches.py), on this job's
     share of the cores: the process launchers give a job its share as OMP_NUM_THREADS, which is
@@ -105,6 +153,7 @@ def _family(fam, out_dir: Path, context) -> dict:
             experiment_id=context.experiment_id,
             parent_run_id=context.parent_run_id,
             workers=context.threads or torch.get_num_threads(),
+            progress_file=_progress_file(out_dir, context),
         )
     except KeyboardInterrupt:
         raise
@@ -139,13 +188,16 @@ def describe(result) -> str:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     try:
-        hydra_main(task, config_name="config", name="train", summary=SUMMARY, example=EXAMPLE)
+        callbacks = hydra_main(
+            task, config_name="config", name="train", summary=SUMMARY, example=EXAMPLE, argv=argv, setup=one_run
+        )
     except KeyboardInterrupt as exc:  # the launcher has stopped its jobs (sweep/launch/process.py)
         print(f"interrupted: {exc}" if str(exc) else "interrupted", file=sys.stderr)
         raise SystemExit(130) from None  # 128 + SIGINT, the shell's convention
-    if callback.LAST_SUMMARY is not None and callback.LAST_SUMMARY.failed:
+    summaries = [c.summary for c in getattr(callbacks, "callbacks", []) if isinstance(c, callback.SweepCallback)]
+    if any(s is not None and s.failed for s in summaries):
         sys.exit(1)
 
 

@@ -152,8 +152,10 @@ def run_family(
     experiment_id: str | None = None,
     parent_run_id: str | None = None,
     workers: int = 1,
+    progress_file: Path | None = None,
 ) -> FamilyResult:
-    """Train what the family still needs (see the module doc) and return every member's result."""
+    """Train what the family still needs (see the module doc) and return every member's result;
+    `progress_file`: where a sweep's job reports the trunk's progress."""
     from ablate.run import train
 
     cfg = fam.branches[0].cfg
@@ -202,6 +204,7 @@ def run_family(
                 parent_run_id=parent_run_id,
                 kind=TRUNK_KIND,
                 forks={step: hook_for(step) for step in waiting},
+                progress_file=progress_file,
             )
             runner.parent_run_id = trunk.mlflow_run_id or runner.parent_run_id
             for step, indices in sorted(waiting.items()):  # forks the trunk did not reach

@@ -1,8 +1,8 @@
 """Everything decided about a run before its first step: the device, the data, the model's final
 config, the step budget and the config hash, and whether this machine can hold it. Cheap enough to
 do for every job of a sweep (whose jobs share one `caches` dict: each distinct hardware and data
-config is resolved and loaded once), and done by the command line before Hydra creates anything
-(cli/common.precheck), which leaves its result for the run in `reuse`.
+config is resolved and loaded once). A single run is prepared once, by the command line before
+Hydra creates anything (cli/train.one_run), which passes the result to the run.
 """
 
 from __future__ import annotations
@@ -34,16 +34,8 @@ class Prepared:
     config_hash: str
 
 
-# The last run prepared in this process and the config it was prepared from: the command line
-# prepares a run before Hydra starts, and the run itself then finds it here instead of loading
-# its data twice.
-_LAST: list = []
-
-
 def prepare(cfg: RunConfig, caches: dict | None = None) -> Prepared:
     """Validate against this machine, its filesystem and the data; raises ConfigError with one line."""
-    if _LAST and _LAST[0] == cfg:
-        return _LAST[1]
     caches = caches if caches is not None else {}
     hw = _cached(caches, "hardware", cfg.hardware, lambda: resolve(cfg.hardware))
     reason = unsupported_reason(hw, cfg.precision)
@@ -68,11 +60,6 @@ def prepare(cfg: RunConfig, caches: dict | None = None) -> Prepared:
     steps = total_steps(cfg)
     profiling.check_window(cfg.train, steps)  # the captured steps fit in the run
     return Prepared(cfg, hw, data, steps, config_hash(cfg, hw))
-
-
-def remember(cfg: RunConfig, prepared: Prepared) -> None:
-    """Keep `prepared` for the next prepare(cfg) in this process (see _LAST)."""
-    _LAST[:] = [cfg, prepared]
 
 
 def _cached(caches: dict, kind: str, key, make):

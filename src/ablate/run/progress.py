@@ -2,8 +2,8 @@
 
 Bars are drawn on a terminal only (tqdm's disable=None), so logs and parallel jobs' log files
 stay free of carriage returns. Inside a sweep, each run also reports to PROGRESS_FILE in its job
-directory (set by the sweep's callback in the job's process), and the sweep's line in the
-launching process reads those files: the same line works for in-process, parallel and SLURM jobs.
+directory (a `status_file` the job's task passes down), and the sweep's line in the launching
+process reads those files: the same line works for in-process, parallel and SLURM jobs.
 """
 
 from __future__ import annotations
@@ -18,23 +18,17 @@ from pathlib import Path
 
 from ablate.files import write_json
 
-_STATUS_FILE: Path | None = None
 STATUS_EVERY_S = 1.0
 # Without a terminal (output piped or sent to a log file) there is no bar: a plain line this often
 # goes to the log (Hydra's job logging: the console and the run's train.log) instead.
 PLAIN_EVERY_S = 30.0
 log = logging.getLogger(__name__)
-_LIVE: set[SweepProgress] = set()  # the sweep lines drawing in this process
-
-
-def report_to(path: Path | None) -> None:
-    """Where this process's runs report their progress (a job directory), or None."""
-    global _STATUS_FILE
-    _STATUS_FILE = path
 
 
 class RunProgress:
-    def __init__(self, total: int, start: int, enabled: bool, label: str):
+    """`status_file`: where a sweep's job reports its progress for the sweep's line (None: nowhere)."""
+
+    def __init__(self, total: int, start: int, enabled: bool, label: str, status_file: Path | None = None):
         self.bar = None
         if enabled:
             from tqdm import tqdm
@@ -51,7 +45,7 @@ class RunProgress:
                 disable=None,
             )
         self.total, self.start, self.last, self.label = total, start, start, label
-        self.status_file = _STATUS_FILE
+        self.status_file = status_file
         self.status_at = 0.0
         self.plain = enabled and (self.bar is None or self.bar.disable)
         self.began = self.plain_at = time.monotonic()
@@ -101,12 +95,6 @@ def plain_line(label: str, step: int, start: int, total: int, loss: float, token
 
 def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
-
-
-def quiet() -> None:
-    """Stop every sweep line of this process (an interrupted launcher says how it ended in one line)."""
-    for line in list(_LIVE):
-        line.stop(final=False)
 
 
 def _write_status(path: Path, status: dict) -> None:
@@ -159,13 +147,11 @@ class SweepProgress:
                 )
             self._thread = threading.Thread(target=self._loop, name="sweep-progress", daemon=True)
             self._thread.start()
-            _LIVE.add(self)
         return self
 
     def stop(self, final: bool = True) -> None:
         """Stop the line; `final`: report the jobs that ended since the last poll first (the last
         jobs of a sweep end moments before it does)."""
-        _LIVE.discard(self)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)

@@ -59,11 +59,14 @@ def run(
     kind: str = "run",
     fork: checkpoint.Fork | None = None,
     forks: dict | None = None,
+    agent=None,
+    progress_file: Path | None = None,
 ) -> RunResult:
     """Train one run (or skip/resume it, see module doc). `on_eval(step, val_loss, flops)` is
     called after every evaluation and may raise StopRun. `kind`: run, trunk or branch (RunResult.kind;
     a trunk is tagged so that fits skip it); `fork`: a branch's starting state; `forks`: a trunk's
-    {step: hook(trainer)}."""
+    {step: hook(trainer)}; `agent`: the tracking agent the command started for this run (its MLflow
+    calls are made there), or None; `progress_file`: where a sweep's job reports its progress."""
     family = Member(kind, fork, forks)
     p = prepared or prepare(cfg)
     state_dir = Path(p.cfg.state_dir) / p.config_hash
@@ -75,7 +78,7 @@ def run(
         run_id = (exc.owner.mlflow_run_id if exc.owner else "") or None
         return _not_trained(p, out_dir, decide(None, None, busy=owner), run_id, family)
     try:
-        return _run(p, out_dir, lock, sweep_id, experiment_id, parent_run_id, on_eval, family)
+        return _run(p, out_dir, lock, sweep_id, experiment_id, parent_run_id, on_eval, family, agent, progress_file)
     finally:
         lock.release()
 
@@ -94,11 +97,20 @@ class Member:
 
 
 def _run(
-    p: Prepared, out_dir: Path, lock: RunLock, sweep_id, experiment_id, parent_run_id, on_eval, family: Member
+    p: Prepared,
+    out_dir: Path,
+    lock: RunLock,
+    sweep_id,
+    experiment_id,
+    parent_run_id,
+    on_eval,
+    family: Member,
+    agent=None,
+    progress_file: Path | None = None,
 ) -> RunResult:
     cfg = p.cfg
     state_dir = lock.directory
-    tracker = make_tracker(cfg.tracking, experiment_id, spool_dir=Path(cfg.state_dir) / "spool")
+    tracker = make_tracker(cfg.tracking, experiment_id, spool_dir=Path(cfg.state_dir) / "spool", agent=agent)
     existing = tracker.find(p.config_hash)
     store = cfg.tracking.uri if cfg.tracking.backend != "none" else None
     found = checkpoint.meta(state_dir)
@@ -150,7 +162,7 @@ def _run(
         # where a resumed run picked up, or the trunk step a branch forked from
         started = {FORK_TAG if forked else RESUMED_TAG: int(state["step"])} if state else {}
         tracker.set_tags({OWNER_TAG: owner_tag(lock.owner), **started})
-        trainer = Trainer(p, tracker, state_dir, out_dir, on_eval, family.forks)
+        trainer = Trainer(p, tracker, state_dir, out_dir, on_eval, family.forks, progress_file)
         trainer.kind = family.kind
         trainer.fork_step = family.fork_step
         preemption.install()  # signals wait for a step boundary, see preemption.py

@@ -57,7 +57,16 @@ class Trainer:
     """`forks`: {step: hook(trainer)}, called once the step's update is done with the trainer in the
     state a run of any longer budget has at that step (run/branches.py saves cooldown forks so)."""
 
-    def __init__(self, p: Prepared, tracker: Tracker, state_dir: Path, out_dir: Path, on_eval=None, forks=None):
+    def __init__(
+        self,
+        p: Prepared,
+        tracker: Tracker,
+        state_dir: Path,
+        out_dir: Path,
+        on_eval=None,
+        forks=None,
+        progress_file: Path | None = None,
+    ):
         self.p, self.cfg, self.tracker = p, p.cfg, tracker
         self.on_eval = on_eval
         self.forks = dict(forks or {})
@@ -66,6 +75,7 @@ class Trainer:
         self.resumed_loss_sum, self.resumed_loss_n = 0.0, 0
         self.loss_sum, self.loss_n = None, 0
         self.state_dir, self.out_dir = state_dir, out_dir
+        self.progress_file = progress_file  # a sweep's job: its progress for the sweep's line
         self.device = p.hardware.device
         self.tokens_per_step = self.cfg.train.batch_size * self.cfg.model.block_size
         self.flops_per_token = accounting.flops_per_token(self.cfg.model)
@@ -112,7 +122,9 @@ class Trainer:
     def train(self, state: dict | None) -> RunResult:
         self._build(state)
         cfg, total = self.cfg.train, self.p.total_steps
-        progress = RunProgress(total, self.step, enabled=cfg.progress, label=self.tracker_label())
+        progress = RunProgress(
+            total, self.step, enabled=cfg.progress, label=self.tracker_label(), status_file=self.progress_file
+        )
         last_flush = time.perf_counter()
         # The running mean of the current log interval is part of the checkpoint, so a resume
         # that starts mid-interval logs the same mean as an uninterrupted run.

@@ -1,11 +1,15 @@
 """A sweep is many runs plus one summary.
 
-`SweepCallback` (a Hydra callback, configured in conf/config.yaml) works with any launcher,
-because everything it does happens in the launching process or inside each job:
-- before any job starts: it plans the sweep (sweep_plan: which jobs will run, be skipped as
-  finished, or resume from a checkpoint) and says so in one line; it creates the MLflow store, the
-  experiment and a parent run, and writes them to SWEEP_DIR/sweep.json, which every job reads
-  (whatever process or node it runs in);
+`SweepCallback` (a Hydra callback, configured in conf/config.yaml) holds the sweep's state in the
+launching process; Hydra hands it to the sweeper and the launcher in their context
+(`sweep_callback`), and everything it does happens in the launching process or inside each job:
+- when the sweep starts, nothing: Hydra then builds the sweeper and the launcher, which check
+  their settings; a process launcher has it start the warm worker (`start_worker`);
+- before any job starts: the grid sweeper plans each batch through it (`plan`: sweep_plan, which
+  jobs will run, be skipped as finished, or resume from a checkpoint) and opens the sweep (`open`):
+  one line saying what it will do, the MLflow store, the experiment and a parent run, written to
+  SWEEP_DIR/sweep.json, which every job reads (whatever process or node it runs in); a sweeper that
+  does not plan (Optuna's) opens it unplanned;
 - while the jobs run: a live line with runs done/total and the ETA (progress.SweepProgress), fed
   by the job directories; each job reports its step, loss and tokens/s to its own directory;
 - at the end: the summary (sweep_summary), printed and logged to the parent run.
@@ -34,12 +38,11 @@ from hydra.experimental.callback import Callback
 from ablate.files import write_json
 from ablate.host import available_cores, process_alive
 from ablate.provenance import code_version
-from ablate.run import progress
 from ablate.run.progress import SweepProgress, WatchedJob
 from ablate.sweep import plan as sweep_plan
-from ablate.sweep.context import LAUNCHES_FILE, PROGRESS_FILE, SWEEP_FILE, read_sweep_file
-from ablate.sweep.launch import pool
-from ablate.sweep.launch.process import tracking_uri
+from ablate.sweep.context import LAUNCHES_FILE, SWEEP_FILE, read_sweep_file
+from ablate.sweep.launch.pool import Pool
+from ablate.sweep.launch.worker import can_fork
 from ablate.sweep.summary import summarize
 from ablate.tracking import views
 from ablate.tracking.store import ensure_experiment
@@ -48,37 +51,80 @@ from ablate.tracking.tags import HOST_TAG, KIND_TAG, PID_TAG, REASON_TAG, SWEEP_
 if TYPE_CHECKING:
     from ablate.sweep.summary import SweepSummary
 
-LAST_SUMMARY: SweepSummary | None = None
-PROCESS_LAUNCHER = "ablate_launcher.process_launcher.ProcessLauncher"
-
 
 class SweepCallback(Callback):
+    """The sweep's own state in the launching process: its warm worker, its plan, its parent run,
+    its live line and its summary. Hydra hands it to the sweeper and the launcher in their context
+    (sweep_callback): the sweeper plans through it, the launcher runs the planned jobs with it."""
+
     def __init__(self) -> None:
         self._progress = None  # the live line, in the launching process only
         self._open_parent: dict | None = None  # sweep.json contents while the parent run is open
         self._pool = None  # the process launchers' warm worker, for the work that needs torch or MLflow
+        self._config = None  # the sweep's config, from on_multirun_start
+        self._info: dict | None = None  # sweep.json's contents once the sweep is open
+        self._jobs: list = []  # the planned jobs, with their compositions
+        self.summary: SweepSummary | None = None  # once the sweep has ended: the command's exit status
 
     def __getstate__(self) -> dict:
         # Launchers pickle the callbacks into every job; the live parts belong to the launcher's process.
-        return {"_progress": None, "_open_parent": None, "_pool": None}
+        return {**self.__dict__, "_progress": None, "_open_parent": None, "_pool": None, "_config": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update({**state, "_info": None, "_jobs": [], "summary": None})
 
     def _call(self, fn, *args):
         """fn(*args) where torch and MLflow are loaded: the warm worker when there is one, else here."""
         return self._pool.call(fn, *args) if self._pool is not None else fn(*args)
 
     def on_multirun_start(self, config, **kwargs) -> None:
+        """Nothing is created yet: the sweeper plans its jobs first (plan), then opens the sweep (open)."""
         from hydra.core.hydra_config import HydraConfig
-        from omegaconf import OmegaConf
 
         # Jobs get HydraConfig set by Hydra; the launching process does not, and the tracking
         # URI interpolates ${hydra:runtime.cwd}.
         HydraConfig.instance().set_config(config)
+        self._config = config
+
+    def on_job_start(self, config, **kwargs) -> None:
+        # A job run in this process (Hydra's basic launcher) under a sweeper that did not open the sweep.
+        self.ensure_open()
+
+    def start_worker(self, mlflow_uri: str | None) -> Pool | None:
+        """The process launchers' warm worker, started now (when Hydra sets the launcher up): it
+        imports torch, the project and MLflow while this process composes the sweep's jobs
+        (sweep/launch/pool.py). It creates no file. This callback runs the sweep's own work that
+        needs torch or MLflow in it and closes it at the sweep's end. None where the platform
+        cannot fork."""
+        if self._pool is None and can_fork():
+            self._pool = Pool(mlflow_uri).start()
+        return self._pool
+
+    def plan(self, loader, batch: list, first_num: int) -> list:
+        """A batch's jobs composed and parsed here, checked and hashed where torch is loaded
+        (sweep/plan.py); raises on a bad job, before anything is created."""
+        try:
+            jobs = sweep_plan.compose(loader, self._config, batch, first_num)
+            checked = self._call(sweep_plan.assess, jobs)
+        except BaseException:
+            self._close_pool(timeout_s=0.0)  # still importing perhaps, and a bad command fails fast
+            raise
+        for job, composed in zip(checked, jobs, strict=True):
+            job.composed = composed.composed
+        return checked
+
+    def open(self, jobs: list | None) -> None:
+        """The sweep begins: its MLflow store, experiment and parent run, what each planned job will
+        do, SWEEP_DIR/sweep.json, one line saying so and the live line. jobs=None: a sweeper that
+        does not plan (Optuna's). Once only: the grid sweeper plans its whole grid at once."""
+        from omegaconf import OmegaConf
+
+        config = self._config
+        if self._info is not None:
+            raise RuntimeError("the sweep is open already")
         sweep_dir = Path(config.hydra.sweep.dir)
         name = sweep_name(config)
         slug = re.sub(r"[^A-Za-z0-9_.]+", "-", name)  # sweep ids go into tags, view ids and URLs
-        self._pool = prestart_worker(config)
-        # fails here, before anything is created, on a bad job config
-        jobs = sweep_plan.prepare(config, self._call)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         info = {
             "sweep_id": f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
@@ -87,51 +133,52 @@ class SweepCallback(Callback):
         }
         tracking = OmegaConf.to_container(config.tracking, resolve=True)
         tracked = tracking.get("backend") == "mlflow"
-        parent, jobs = self._call(open_sweep, tracking if tracked else None, info["sweep_id"], name, jobs)
+        parent, decided = self._call(open_sweep, tracking if tracked else None, info["sweep_id"], name, jobs)
         if tracked:
             info.update(parent)
             self._open_parent = info
             atexit.register(self._abandon)
         if jobs is not None:
-            info["plan"] = [j.to_dict() for j in jobs]
+            self._jobs = _with_compositions(decided, jobs)
+            info["plan"] = [j.to_dict() for j in self._jobs]
+        self._info = info
         write_json(sweep_dir / SWEEP_FILE, info)
         print(f"sweep {info['sweep_id']}: results in {sweep_dir}", file=sys.stderr)
         if jobs is not None:
-            print(sweep_plan.describe(jobs, name), file=sys.stderr)
-            self._start_progress(name, jobs, bool(OmegaConf.select(config, "train.progress", default=True)))
+            print(sweep_plan.describe(self._jobs, name), file=sys.stderr)
+            self._start_progress(name, self._jobs, bool(OmegaConf.select(config, "train.progress", default=True)))
 
-    def on_job_start(self, config, **kwargs) -> None:
-        from hydra.types import RunMode
+    def ensure_open(self) -> None:
+        """Open the sweep unplanned where its sweeper has not opened it (a sweeper of Hydra's own)."""
+        if self._info is None and self._config is not None:
+            self.open(None)
 
-        if config.hydra.mode == RunMode.MULTIRUN:
-            progress.report_to(Path(config.hydra.runtime.output_dir) / PROGRESS_FILE)
-
-    def on_job_end(self, config, **kwargs) -> None:
-
-        progress.report_to(None)
+    def composed(self, num: int):
+        """Job `num`'s config as its plan composed it (before its hydra.job.num is set), or None
+        where no plan composed it (Optuna's trials)."""
+        return next((j.composed for j in self._jobs if j.num == num), None)
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        global LAST_SUMMARY
-
         if self._progress is not None:
             self._progress.stop()
         sweep_dir = Path(config.hydra.sweep.dir)
         info = read_sweep_file(sweep_dir)
-        LAST_SUMMARY = self._call(close_sweep, sweep_dir, info)
-        print(LAST_SUMMARY.table, file=sys.stderr)
-        record_launch(sweep_dir, info, LAST_SUMMARY)
-        print(where_to_look(sweep_dir, info, LAST_SUMMARY), file=sys.stderr)
+        self.summary = self._call(close_sweep, sweep_dir, info)
+        print(self.summary.table, file=sys.stderr)
+        record_launch(sweep_dir, info, self.summary)
+        print(where_to_look(sweep_dir, info, self.summary), file=sys.stderr)
         self._open_parent = None
         atexit.unregister(self._abandon)
         self._close_pool()
 
     def _start_progress(self, name: str, jobs: list, enabled: bool) -> None:
+        self._progress = SweepProgress(name, _watched(jobs), enabled=enabled).start()
 
-        watched = [
-            WatchedJob(j.num, Path(j.job_dir), j.cost_flops if j.action in ("run", "resume") else 0.0, j.label)
-            for j in jobs
-        ]
-        self._progress = SweepProgress(name, watched, enabled=enabled).start()
+    def quiet(self) -> None:
+        """Stop the sweep's live line now, saying nothing more: an interrupted launcher says how the
+        sweep ended in one line."""
+        if self._progress is not None:
+            self._progress.stop(final=False)
 
     def _abandon(self) -> None:
         """At exit without on_multirun_end (Ctrl-C, an exception): no parent run left RUNNING."""
@@ -141,22 +188,40 @@ class SweepCallback(Callback):
             self._call(close_parent_run, self._open_parent, "KILLED", "the sweep was interrupted before its end")
         self._close_pool()
 
-    def _close_pool(self) -> None:
+    def _close_pool(self, timeout_s: float = 10.0) -> None:
         if self._pool is not None:
-            self._pool.close()
+            self._pool.close(timeout_s)
             self._pool = None
 
 
-def prestart_worker(config):
-    """Under the process launchers, start their warm worker now: it imports torch, the project and
-    MLflow while this process composes the sweep's jobs (sweep/launch/pool.py). It creates no file.
-    The pool, or None under other launchers."""
-    from omegaconf import OmegaConf
+def _watched(jobs: list) -> list[WatchedJob]:
+    return [
+        WatchedJob(j.num, Path(j.job_dir), j.cost_flops if j.action in ("run", "resume") else 0.0, j.label)
+        for j in jobs
+    ]
 
-    if str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(PROCESS_LAUNCHER):
-        return pool.prestart(tracking_uri(config))
-    pool.discard_prestarted()  # the command line guessed another launcher from the arguments
+
+def _with_compositions(decided: list, planned: list) -> list:
+    """The jobs as the worker decided them, each with its composition again (which stays here)."""
+    for job, mine in zip(decided, planned, strict=True):
+        job.composed = mine.composed
+    return decided
+
+
+def sweep_callback(hydra_context) -> SweepCallback | None:
+    """The sweep's callback, found through Hydra's context, which Hydra hands every sweeper and
+    launcher: what it owns (the warm worker, the live line) is theirs to use."""
+    for cb in getattr(hydra_context.callbacks, "callbacks", []):
+        if isinstance(cb, SweepCallback):
+            return cb
     return None
+
+
+def warm_pool(hydra_context) -> Pool | None:
+    """The warm worker the sweep's callback started, for the launcher to run the jobs in; None
+    where it started none."""
+    cb = sweep_callback(hydra_context)
+    return cb._pool if cb is not None else None
 
 
 def open_sweep(tracking: dict | None, sweep_id: str, name: str, jobs: list | None) -> tuple[dict, list | None]:

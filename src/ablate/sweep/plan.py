@@ -1,24 +1,21 @@
 """What a sweep will do, decided before its first job: run, skip (already finished) or resume.
 
-The jobs are expanded as Hydra's BasicSweeper expands them (the cartesian product of the
-sweeper's params and the command line, in the same order, so job N here is job N there), each
-job's config is composed as the launcher will compose it, and keyed by the same config hash as
-run/prepare.py. One MLflow query per experiment finds the runs already recorded under those hashes,
-and run/decision.py, the rule each job applies when it starts, says what each will do.
+Hydra's sweeper hands its check of each batch (validate_batch_is_legal) the jobs' overrides in the
+order it launches them; the project's grid sweeper (hydra_plugins/ablate_sweeper) plans them there:
+each job's config is composed once, as the launcher would compose it (`compose`, Hydra's own
+load_sweep_config), parsed, and keyed by the same config hash as run/prepare.py (`assess`). One
+MLflow query per experiment finds the runs already recorded under those hashes, and run/decision.py,
+the rule each job applies when it starts, says what each will do (`decide_all`). The composition
+is kept with the job (PlannedJob.composed): the process launcher sends it to the job, which does not
+compose it again.
 
 A job with a list budget (run/branches.py: a trunk and a cooldown branch per budget) costs the
 trunk's steps plus the cooldowns', and is planned from its branches: skipped when all are.
 
 A job's config that does not parse raises ConfigError here, before anything is created.
-Composing and parsing needs Hydra only (`compose`, in the launching process); the checks and hashes
-need torch (`assess`) and the decisions MLflow (`decide_all`): under the process launchers the sweep
-callback has both run in a process forked from the warm worker (sweep/launch/pool.py).
-
-Each job's composed config is kept in this process (`composed`), and the config loader hands it back
-when asked for that job again: Hydra's BasicSweeper composes every job once more to validate it
-(validate_batch_is_legal) and the launchers compose each job to run it; the process launcher sends
-each job the config planned for it. A composition costs about 0.1 s of CPU; a job was composed
-four times before (the pre-check, the plan, the sweeper's check, the job).
+Composing and parsing needs Hydra only (in the launching process); the checks and hashes need torch
+(`assess`) and the decisions MLflow (`decide_all`): under the process launchers the sweep callback
+runs both in a process forked from the warm worker (sweep/launch/pool.py).
 """
 
 from __future__ import annotations
@@ -37,11 +34,6 @@ from ablate.tracking.runstore import existing_run
 from ablate.tracking.store import quiet_store_logs, sqlite_path
 from ablate.tracking.tags import CONFIG_HASH_TAG
 
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-# The last plan's compositions: a job's overrides -> its DictConfig, and the sweep config they came from.
-_COMPOSED: dict[tuple[str, ...], object] = {}
-_MASTER: list = [None]
-
 
 @dataclass
 class PlannedJob:
@@ -57,66 +49,44 @@ class PlannedJob:
     mlflow_run_id: str | None = None
     branch_hashes: list = field(default_factory=list)  # a trunk's job: its branches' config hashes
     cfg: object = field(default=None, repr=False)  # the parsed RunConfig (not serialized)
+    composed: object = field(default=None, repr=False)  # its DictConfig as composed (not serialized)
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "cfg"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("cfg", "composed")}
+
+    def __getstate__(self) -> dict:
+        # Sent to the warm worker to be checked and decided: the composition stays with the launcher.
+        return {**self.__dict__, "composed": None}
 
 
-def expand(config) -> list[list[str]] | None:
-    """Every job's overrides, in BasicSweeper's order; None for other sweepers (Optuna, ...)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
-
-    if OmegaConf.select(config, "hydra.sweeper._target_") != BASIC_SWEEPER:
-        return None
-    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
-    arguments = [f"{k}={v}" for k, v in params.items()]
-    arguments += list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
-    overrides = OverridesParser.create().parse_overrides(arguments)
-    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
-
-
-def prepare(config, call=None) -> list[PlannedJob] | None:
-    """Compose and parse every job here (Hydra), then check and hash them (`assess`, which needs
-    torch) through `call` (call(fn, *args): the sweep's warm worker runs it; None: this process). A
-    job that does not parse or fails a check raises ConfigError, naming the job."""
-    jobs = compose(config)
-    if jobs is None:
-        return None
-    return call(assess, jobs) if call is not None else assess(jobs)
-
-
-def compose(config) -> list[PlannedJob] | None:
-    """Every job composed as the launcher will compose it, and parsed (PlannedJob.cfg)."""
-    from hydra.core.global_hydra import GlobalHydra
+def compose(loader, config, batch: list[list[str]], first_num: int = 0) -> list[PlannedJob]:
+    """Every job of a batch composed once from the sweep's config, as the launcher would compose it
+    (Hydra's config loader), and parsed (PlannedJob.cfg); job N of the batch is job first_num + N.
+    A job that does not parse raises ConfigError naming it; one Hydra cannot compose raises
+    Hydra's error with `job_num` and `job_overrides` on it, for the caller to explain."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import filter_overrides
     from omegaconf import OmegaConf, open_dict, read_write
 
-    expanded = expand(config)
-    if expanded is None:
-        return None
-    loader = GlobalHydra.instance().config_loader()
     jobs = []
-    _COMPOSED.clear()
-    _MASTER[0] = config
-    _reuse_compositions(loader)
     try:
-        for num, overrides in enumerate(expanded):
-            job_cfg = loader.load_sweep_config(config, list(overrides))
-            _COMPOSED[tuple(overrides)] = copy.deepcopy(job_cfg)
+        for num, overrides in enumerate(batch, start=first_num):
+            try:
+                composed = loader.load_sweep_config(config, list(overrides))
+            except Exception as exc:
+                exc.job_num, exc.job_overrides = num, list(filter_overrides(overrides))
+                raise
+            job_cfg = copy.deepcopy(composed)
             with open_dict(job_cfg):
                 job_cfg.hydra.job.id = num
                 job_cfg.hydra.job.num = num
-            HydraConfig.instance().set_config(job_cfg)
+            HydraConfig.instance().set_config(job_cfg)  # its ${hydra:...} values, as its run resolves them
             job_dir = Path(str(job_cfg.hydra.sweep.dir)) / str(job_cfg.hydra.sweep.subdir)
-            job = PlannedJob(num, list(filter_overrides(overrides)), str(job_dir.absolute()))
-            task_cfg = copy.deepcopy(job_cfg)
-            with read_write(task_cfg), open_dict(task_cfg):
-                del task_cfg["hydra"]
+            job = PlannedJob(num, list(filter_overrides(overrides)), str(job_dir.absolute()), composed=composed)
+            with read_write(job_cfg), open_dict(job_cfg):
+                del job_cfg["hydra"]
             try:
-                job.cfg = parse_run(OmegaConf.to_container(task_cfg, resolve=True))
+                job.cfg = parse_run(OmegaConf.to_container(job_cfg, resolve=True))
             except ConfigError as exc:
                 raise ConfigError(f"sweep job #{num} ({' '.join(job.overrides)}): {exc}") from None
             jobs.append(job)
@@ -147,31 +117,6 @@ def assess(jobs: list[PlannedJob]) -> list[PlannedJob]:
         except ConfigError as exc:
             raise ConfigError(f"sweep job #{job.num} ({' '.join(job.overrides)}): {exc}") from None
     return jobs
-
-
-def composed(overrides, copied: bool = True) -> object | None:
-    """The config (a DictConfig) of the job with these overrides as the last plan made in this
-    process composed it, before its hydra.job.id and num are set; None when no plan composed it
-    (Optuna's trials, another process). copied=False: the plan's own object, for a caller that
-    only serializes it."""
-    cfg = _COMPOSED.get(tuple(overrides))
-    return copy.deepcopy(cfg) if cfg is not None and copied else cfg
-
-
-def _reuse_compositions(loader) -> None:
-    """From now on `loader` (Hydra's config loader, shared by the sweeper and the launcher) answers
-    a request for a job this plan composed, from the same sweep config, with a copy of that
-    composition instead of composing it again."""
-    if getattr(loader, "_ablate_reuses_plan", False):
-        return
-    compose = loader.load_sweep_config
-
-    def load_sweep_config(master_config, sweep_overrides):
-        cfg = composed(sweep_overrides) if master_config is _MASTER[0] else None
-        return cfg if cfg is not None else compose(master_config, sweep_overrides)
-
-    loader.load_sweep_config = load_sweep_config
-    loader._ablate_reuses_plan = True
 
 
 def key(cfg, caches: dict) -> tuple[str, int, float]:

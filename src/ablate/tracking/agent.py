@@ -1,13 +1,13 @@
 """A run's MLflow calls served by a process of its own, so that a run does not wait for MLflow.
 
-A fresh `python -m ablate` spends about 2 s of CPU importing MLflow's client (its package pulls in
-pandas, SQLAlchemy, alembic and more) and about 1 s opening a sqlite store, one after the other on
-the path to its first step: +31% on a 10 s run. The command line starts this agent first thing
-for a run that will likely track (`prestart`): the agent imports MLflow's client on another core
-while the run composes its config and imports torch; it imports the code of the store the config
-names (`use`), and opens the store once every check has passed (`open_store`), so that nothing is
-created for a run that fails its checks. The run's tracker then makes its calls through the agent
-(`store_for`), one request and one reply at a time, exactly the calls a RunStore would make here.
+Importing MLflow's client costs a fresh `python -m ablate` seconds of CPU (its package pulls in
+pandas, SQLAlchemy, alembic and more), and opening a sqlite store more, one after the other on the
+path to its first step (docs/benchmarks.md has the figures). For one run that tracks, the command
+starts this agent (`start`) as soon as its config is parsed: the agent imports the store's code on
+another core while the run imports torch and prepares; it opens the store (`Agent.open`) once every
+check has passed, so that nothing is created for a run that fails its checks. The command passes
+the agent to the run, whose tracker makes its calls through it (`Agent.store_for`), one request
+and one reply at a time, exactly the calls a RunStore would make here; the command closes it.
 
 Only where MLflow is not imported yet: a process that has it (a sweep's warm worker, a test that
 runs commands in its own process) calls MLflow directly.
@@ -26,7 +26,6 @@ agent itself dies, each call fails like an unreachable store: the tracker buffer
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import signal
@@ -112,10 +111,25 @@ class Agent:
             self._send(name, list(args))
             return self._reply()
 
+    def store_for(self, uri: str, experiment: str) -> AgentStore | None:
+        """The store calls for a run of `experiment` in `uri` through this agent (whose opening is
+        awaited by the first call), or None where it serves another store, or another process
+        (a child forked from its owner)."""
+        if self.uri != uri or self.owner != os.getpid() or not self.alive():
+            return None
+        if self.experiment is None:
+            self.open(experiment)
+        elif self.experiment != experiment:
+            return None
+        return AgentStore(self)
+
     def close(self) -> None:
         """End of input: the agent exits once it has answered everything sent (every call but an
         open waits for its reply). An agent that was never asked to open the store holds nothing
-        and is killed at once, still importing perhaps: a command that fails its checks fails fast."""
+        and is killed at once, still importing perhaps: a command that fails its checks fails fast.
+        Only its owner closes it; closing it twice does nothing."""
+        if self.owner != os.getpid() or self.proc.stdout.closed:
+            return
         try:
             self.proc.stdin.close()
         except OSError:
@@ -165,58 +179,15 @@ class AgentStore:
         return lambda *args: self.agent.call(name, *args)
 
 
-_AGENT: list[Agent | None] = [None]  # this process's agent, at most one
-
-
-def prestart() -> None:
-    """Start this process's agent now (it imports MLflow's client), unless this process has MLflow
-    imported already (a RunStore here then costs nothing to start) or has a live agent."""
-    current = _AGENT[0]
-    if "mlflow.tracking" in sys.modules or (current is not None and current.alive()):
-        return
-    close()
-    _AGENT[0] = Agent()
-    atexit.unregister(close)
-    atexit.register(close)
-
-
-def use(uri: str) -> None:
-    """The run tracks into `uri`: the agent (started now if it was not) imports that store's code.
-    An agent started for another store is replaced."""
-    current = _AGENT[0]
-    if current is not None and current.uri not in (None, uri):
-        close()
-    prestart()
-    agent = _AGENT[0]
-    if agent is not None and agent.uri is None:
-        agent.use(uri)
-
-
-def open_store(uri: str, experiment: str) -> None:
-    """Every check has passed: the agent for `uri`, if started, opens the store and the experiment."""
-    agent = _AGENT[0]
-    if agent is not None and agent.uri == uri and agent.experiment is None:
-        agent.open(experiment)
-
-
-def store_for(uri: str, experiment: str):
-    """The store calls for a run of `experiment` in `uri` through this process's agent (whose
-    opening is awaited by the first call), or None where there is no agent for it."""
-    agent = _AGENT[0]
-    if agent is None or agent.uri != uri or agent.owner != os.getpid():
+def start(uri: str) -> Agent | None:
+    """An agent for a run about to track into `uri`, importing that store's code from now on; None
+    where this process has imported MLflow already (a RunStore here then costs nothing to start).
+    The command that starts it owns it, passes it to the run, and closes it."""
+    if "mlflow.tracking" in sys.modules:
         return None
-    if agent.experiment is None:
-        agent.open(experiment)
-    elif agent.experiment != experiment:
-        return None
-    return AgentStore(agent)
-
-
-def close() -> None:
-    """Close this process's agent (at exit at the latest)."""
-    agent, _AGENT[0] = _AGENT[0], None
-    if agent is not None and agent.owner == os.getpid():
-        agent.close()
+    agent = Agent()
+    agent.use(uri)
+    return agent
 
 
 # -- the agent's side ----------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from pathlib import Path
 from ablate.config import TrackingConfig
 from ablate.faults import failpoint
 from ablate.files import write_json
-from ablate.tracking import agent
 from ablate.tracking.runstore import MAX_METRICS_PER_BATCH, ExistingRun, RunStore
 from ablate.tracking.tags import REASON_TAG, STEP_KEY
 
@@ -68,17 +67,19 @@ class Tracker:
 
 
 class MLflowTracker(Tracker):
-    """Its MLflow calls go to a RunStore (runstore.py): through this process's tracking agent where
-    the command line started one (agent.py), else made here."""
+    """Its MLflow calls go to a RunStore (runstore.py): through `agent` (tracking/agent.py), the
+    agent the command started for this run, where it serves this store, else made here."""
 
-    def __init__(self, cfg: TrackingConfig, experiment_id: str | None = None, spool_dir: Path | None = None):
+    def __init__(
+        self, cfg: TrackingConfig, experiment_id: str | None = None, spool_dir: Path | None = None, agent=None
+    ):
         super().__init__()
         self.cfg = cfg
         self.spool_dir = spool_dir
         self.retry_at = 0.0
         self.backoff_s = 2.0
         self.outage: str | None = None
-        through_agent = agent.store_for(cfg.uri, cfg.experiment) if experiment_id is None else None
+        through_agent = agent.store_for(cfg.uri, cfg.experiment) if agent and experiment_id is None else None
         self.store = through_agent or RunStore(cfg.uri, cfg.experiment, experiment_id)
 
     def find(self, config_hash: str) -> ExistingRun | None:
@@ -182,8 +183,11 @@ class MLflowTracker(Tracker):
         return write_json(directory / f"{self.run_id}.json", record)
 
 
-def make_tracker(cfg: TrackingConfig, experiment_id: str | None = None, spool_dir: Path | None = None) -> Tracker:
-    return MLflowTracker(cfg, experiment_id, spool_dir) if cfg.backend == "mlflow" else Tracker()
+def make_tracker(
+    cfg: TrackingConfig, experiment_id: str | None = None, spool_dir: Path | None = None, agent=None
+) -> Tracker:
+    """`agent`: the tracking agent the command started for this run (tracking/agent.py), or None."""
+    return MLflowTracker(cfg, experiment_id, spool_dir, agent) if cfg.backend == "mlflow" else Tracker()
 
 
 def step_chunks(points: list, limit: int):

@@ -20,46 +20,60 @@ class ProcessLauncher(Launcher):
     """Each job in its own process on this machine, `workers` at a time, `threads_per_job` threads each."""
 
     def __init__(self, workers: int | None = None, threads_per_job: int | None = None, stop_timeout_s: float = 60.0):
-        self.workers = workers
-        self.threads_per_job = threads_per_job
-        self.stop_timeout_s = stop_timeout_s
+        from ablate.cli.common import fail
+        from ablate.config import ConfigError
+        from ablate.sweep.launch.settings import parse_process_settings
+
+        try:  # Hydra builds the launcher before the sweep's first job is planned: nothing exists yet
+            self.settings = parse_process_settings(
+                {"workers": workers, "threads_per_job": threads_per_job, "stop_timeout_s": stop_timeout_s}
+            )
+        except ConfigError as exc:
+            fail(str(exc))
         self.pool = None  # the warm worker, kept across launches (an Optuna study's batches)
+        self.sweep = None  # the sweep callback: its warm worker, its plan's compositions, its live line
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
         self.config: DictConfig | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from ablate.sweep.callback import sweep_callback
+        from ablate.sweep.launch.process import tracking_uri
+
         self.hydra_context = hydra_context
         self.task_function = task_function
         self.config = config
+        self.sweep = sweep_callback(hydra_context)
+        if self.sweep is not None:  # it boots while the sweeper composes and plans the jobs
+            self.pool = self.sweep.start_worker(tracking_uri(config))
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import weakref
 
         from ablate.cli.common import fail
         from ablate.config import ConfigError
-        from ablate.sweep.launch.pool import take
+        from ablate.sweep.launch.pool import Pool
         from ablate.sweep.launch.process import WORK_DIR, launch, tracking_uri
-        from ablate.sweep.launch.settings import parse_process_settings
 
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
-        try:
-            settings = parse_process_settings(
-                {
-                    "workers": self.workers,
-                    "threads_per_job": self.threads_per_job,
-                    "stop_timeout_s": self.stop_timeout_s,
-                }
-            )
-        except ConfigError as exc:
-            fail(str(exc))
         if self.pool is None:
-            self.pool = take(tracking_uri(self.config), Path(str(self.config.hydra.sweep.dir)) / WORK_DIR)
-            if not self.pool.prestarted:  # the sweep callback closes the one it started
-                weakref.finalize(self, self.pool.close)  # at exit at the latest: the worker ends with its launcher
+            self.pool = Pool(tracking_uri(self.config))
+            weakref.finalize(self, self.pool.close)  # at exit at the latest: the worker ends with its launcher
+        self.pool.set_work(Path(str(self.config.hydra.sweep.dir)) / WORK_DIR)
+        sweep = self.sweep
         try:
+            if sweep is not None:
+                sweep.ensure_open()  # a sweeper that does not plan has not opened the sweep
             return launch(
-                self.hydra_context, self.task_function, self.config, job_overrides, initial_job_idx, settings, self.pool
+                self.hydra_context,
+                self.task_function,
+                self.config,
+                job_overrides,
+                initial_job_idx,
+                self.settings,
+                self.pool,
+                composed=sweep.composed if sweep is not None else None,
+                on_stop=sweep.quiet if sweep is not None else None,
             )
         except ConfigError as exc:
             fail(str(exc))

@@ -16,28 +16,38 @@ class OptunaSweeper(Sweeper):
         self.settings = settings
         self.config: DictConfig | None = None
         self.launcher = None
+        self.hydra_context: HydraContext | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
 
         self.config = config
+        self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
 
     def sweep(self, arguments: list[str]) -> Any:
-        from ablate.cli.common import fail
+        from ablate.cli.common import fail, resolved_task
         from ablate.config import ConfigError
         from ablate.search.config import parse_search
         from ablate.search.driver import run_study
+        from ablate.search.space import check_sweeper
+        from ablate.sweep.callback import sweep_callback
 
-        assert self.config is not None and self.launcher is not None
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         settings = {
             k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
             for k, v in self.settings.items()
         }
         try:
+            # Checked before the sweep is opened (its store, its parent run): nothing exists yet.
+            task_args = [a for a in arguments if not a.lstrip("+~").startswith("hydra")]
+            check_sweeper(settings, task_args, resolved_task(self.config), str(self.config.hydra.runtime.cwd))
             cfg = parse_search(settings)
+            sweep = sweep_callback(self.hydra_context)
+            if sweep is not None:
+                sweep.open(None)
             return run_study(cfg, self.config, self.launcher, list(arguments))
         except ConfigError as exc:
             fail(str(exc))

@@ -38,9 +38,18 @@ class SubmititLauncher(Launcher):
         self.config = config
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from ablate.cli.common import fail
+        from ablate.config import ConfigError
+        from ablate.sweep.callback import sweep_callback
         from ablate.sweep.launch.slurm import launch
 
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
+        sweep = sweep_callback(self.hydra_context)
+        try:
+            if sweep is not None:
+                sweep.ensure_open()  # a sweeper that does not plan has not opened the sweep
+        except ConfigError as exc:
+            fail(str(exc))
         return launch(
             self.hydra_context, self.task_function, self.config, job_overrides, initial_job_idx, self.settings
         )

@@ -4,9 +4,10 @@ One worker serves a whole launch, and every later launch of the same launcher (a
 batches): it pays for importing torch, Hydra, the project and MLflow once, and forks a process per
 job. Where the platform cannot fork (worker.can_fork), each job gets a worker of its own.
 
-The sweep callback starts the worker as soon as the sweep begins (`prestart`), so that its imports
-overlap the composition of the sweep's jobs in the launching process; the launcher then takes it
-over (`take`). The callback also hands the worker the sweep's own work that needs torch or MLflow
+The sweep callback starts the worker as soon as the sweep begins, so that its imports overlap the
+composition of the sweep's jobs in the launching process, and owns it; the launcher finds it through
+Hydra's context (callback.warm_pool) and starts one of its own only where there is none. The
+callback also hands the worker the sweep's own work that needs torch or MLflow
 (`call`: the plan's checks and decisions, the parent run, the summary), each call in a process
 forked from the worker: the launching process never imports either (in an 8-job sweep its CPU fell
 from 14 to 6 s, on the cores the jobs need; docs/benchmarks.md).
@@ -37,8 +38,6 @@ from ablate.config import ConfigError
 from ablate.sweep.launch.worker import Lines, can_fork
 
 WORKER_LOG = "worker.log"
-# What a worker preloads for a tracking URI (its store's code) depends only on the URI's scheme.
-_PRESTARTED: dict[str | None, Pool] = {}  # preload_key(tracking URI) -> a pool whose worker is booting
 
 
 @dataclass
@@ -58,7 +57,6 @@ class Pool:
     running: dict = field(default_factory=dict)  # num -> _Worker
     ended: list = field(default_factory=list)  # jobs that ended while a call was awaited: wait() reports them
     calls: int = 0
-    prestarted: bool = False  # started for a sweep (`prestart`): the sweep callback closes it at the sweep's end
 
     def start(self) -> Pool:
         """Start the (forking) worker now, so that it imports while this process does other work."""
@@ -169,38 +167,6 @@ class Pool:
             worker.send({"cmd": "spec", "pickle": base64.b64encode(self.spec).decode()})
         self.workers = [w for w in self.workers if w.alive() or w.jobs] + [worker]
         return worker
-
-
-def preload_key(mlflow_uri: str | None) -> str | None:
-    return mlflow_uri.split(":", 1)[0].split("+", 1)[0] if mlflow_uri else None
-
-
-def prestart(mlflow_uri: str | None) -> Pool | None:
-    """Start a sweep's worker before the sweep's plan is made: the command line starts it first
-    thing where its arguments name a process launcher (cli/main.py), the sweep callback otherwise.
-    The pool, to `call` the sweep's own work in (None where the platform cannot fork)."""
-    key = preload_key(mlflow_uri)
-    if can_fork() and key not in _PRESTARTED:
-        _PRESTARTED[key] = Pool(mlflow_uri, prestarted=True).start()
-    return _PRESTARTED.get(key)
-
-
-def take(mlflow_uri: str | None, work: Path) -> Pool:
-    """The pool prestarted for this tracking URI's store (closing any other), else a new one, which
-    the caller closes."""
-    pool = _PRESTARTED.pop(preload_key(mlflow_uri), None) or Pool(mlflow_uri)
-    discard_prestarted()
-    pool.set_work(work)
-    return pool
-
-
-def discard_prestarted() -> None:
-    """Close the workers started for a sweep that no launcher took (another launcher ran it, or the
-    command failed its checks): at once, as they have no job and may still be importing, which a
-    bad command must not wait for."""
-    for pool in _PRESTARTED.values():
-        pool.close(timeout_s=0.0)
-    _PRESTARTED.clear()
 
 
 class _Worker:

@@ -32,13 +32,11 @@ from pathlib import Path
 
 from ablate.files import read_json, write_json
 from ablate.host import available_cores
-from ablate.run import progress
 from ablate.sweep.context import read_sweep_file
 from ablate.sweep.launch.job import run_all_here
-from ablate.sweep.launch.pool import Exited, Pool, take, wait_all
+from ablate.sweep.launch.pool import Exited, Pool, wait_all
 from ablate.sweep.launch.returns import from_json
 from ablate.sweep.launch.settings import ProcessSettings
-from ablate.sweep.plan import composed
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +63,7 @@ class Job:
     planned_skip: bool = False  # planned as skipped (or unsupported): run with the others so planned, in one call
     job_dir: str | None = None  # from the plan (BasicSweeper's sweeps)
     started: float = 0.0  # time.time() when it was handed to the worker
+    composed: object = None  # its config as the plan composed it (None: the job composes it)
 
     def path(self, work: Path, suffix: str) -> Path:
         return work / f"{self.num}{suffix}"
@@ -86,11 +85,15 @@ def launch(
     initial_job_idx: int,
     settings: ProcessSettings,
     pool: Pool | None = None,
+    composed=None,
+    on_stop=None,
 ) -> list:
     """Hydra's Launcher.launch: run every job, return their JobReturns in job order.
 
     `pool`: a warm worker kept from an earlier launch of the same launcher (an Optuna study's
-    batches); without one, this launch starts its own and closes it at the end."""
+    batches); without one, this launch starts its own and closes it at the end. `on_stop()`: called
+    before an interrupted launch stops its jobs (the sweep's live line goes quiet). `composed(num)`:
+    job num's config as the sweep's plan composed it, sent to the job (None: each job composes its own)."""
     from hydra.core.utils import configure_log, setup_globals
 
     setup_globals()
@@ -100,20 +103,24 @@ def launch(
     work.mkdir(parents=True, exist_ok=True)
     jobs = [Job(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
     _read_plan(jobs, sweep_dir)
+    for job in jobs:
+        job.composed = composed(job.num) if composed is not None else None
     # Longest first (LPT): with uneven runs the last worker to finish idles least.
     queue = sorted((j for j in jobs if not j.planned_skip), key=lambda j: -j.cost)
     skips = [j for j in jobs if j.planned_skip]
     res = resources(settings, len(queue), available_cores())
     log.info(f"Launching {len(jobs)} jobs, {res.workers} at a time, {res.threads} thread(s) each (logs in {work})")
     own = pool is None
-    pool = pool or take(tracking_uri(config), work)
+    if own:
+        pool = Pool(tracking_uri(config))
+        pool.set_work(work)
     returns: dict = {}
     try:
         if skips:
             returns.update(run_skips(skips, pool, hydra_context, task_function, config))
         if queue:
             pool.set_spec(spec(hydra_context, task_function, config))
-            returns.update(run_pool(queue, res, pool, work, settings.stop_timeout_s))
+            returns.update(run_pool(queue, res, pool, work, settings.stop_timeout_s, on_stop))
     finally:
         if own:
             pool.close()
@@ -131,7 +138,7 @@ def tracking_uri(config) -> str | None:
     return str(tracking.get("uri")) if tracking.get("backend") == "mlflow" else None
 
 
-def run_pool(queue: list[Job], res: Resources, pool: Pool, work: Path, stop_timeout_s: float) -> dict:
+def run_pool(queue: list[Job], res: Resources, pool: Pool, work: Path, stop_timeout_s: float, on_stop=None) -> dict:
     """Keep `res.workers` jobs going until the queue is empty; {num: JobReturn}."""
     returns: dict = {}
     running: dict[int, Job] = {}
@@ -145,7 +152,8 @@ def run_pool(queue: list[Job], res: Resources, pool: Pool, work: Path, stop_time
                 job = running.pop(ended.num)
                 returns[job.num] = collect(job, work, ended)
     except BaseException as exc:  # Ctrl-C, or the launcher itself failing: no job is left behind
-        progress.quiet()  # the sweep's live line says nothing more: one line says how it ended
+        if on_stop is not None:
+            on_stop()
         stopped = stop(pool, running, stop_timeout_s)
         if isinstance(exc, KeyboardInterrupt):
             raise SweepInterrupted(
@@ -193,7 +201,7 @@ def run_skips(skips: list[Job], pool: Pool, hydra_context, task_function, config
 
     for job in skips:
         log.info(f"\t#{job.num} : {' '.join(filter_overrides(job.overrides))} (expected to be skipped)")
-    planned = [(j.num, j.overrides, composed(j.overrides, copied=False)) for j in skips]
+    planned = [(j.num, j.overrides, j.composed) for j in skips]
     try:
         return pool.call(run_all_here, hydra_context, task_function, config, Singleton.get_state(), planned)
     finally:  # where the call ran in this process, Hydra's run_job left the last job's logging
@@ -207,7 +215,7 @@ def start(job: Job, pool: Pool, work: Path, threads: int) -> None:
     job.path(work, RETURN_SUFFIX).unlink(missing_ok=True)
     job.started = time.time()
     log_path, result = job.path(work, ".log"), job.path(work, RETURN_SUFFIX)
-    pool.submit(job.num, job.overrides, threads, log_path, result, composed(job.overrides, copied=False))
+    pool.submit(job.num, job.overrides, threads, log_path, result, job.composed)
 
 
 def collect(job: Job, work: Path, ended: Exited):

@@ -67,7 +67,9 @@ from ablate.sweep.launch.returns import to_json
 from ablate.tracking.agent import mlflow_modules
 
 # What a job imports (a job's usage.json lists what it still had to import); loaded here once so
-# that no job pays for it. A name this torch or Hydra does not have is skipped.
+# that no job pays for it. A name this torch or Hydra does not have is skipped. The command's own
+# modules (its task, its callbacks) are a layer above this one: they are imported here when the
+# launch spec that names them is unpickled, once, before the first job is forked.
 PRELOAD = (
     "numpy",
     "numpy.random",
@@ -81,8 +83,6 @@ PRELOAD = (
     "hydra._internal.logging_config",
     "secrets",
     "psutil",
-    "ablate.cli.train",
-    "ablate.cli.hooks",
     "ablate.run.train",
     "ablate.run.branches",
     "ablate.run.watchdog",
@@ -90,7 +90,6 @@ PRELOAD = (
     "ablate.data.synthetic",
     "ablate.data.cache",
     "ablate.perf.hardware",
-    "ablate.search.trial",
     "ablate.sweep.launch.job",
     "ablate.sweep.launch.returns",
 )
