@@ -196,6 +196,15 @@ def test_a_dollar_budget_buys_what_it_costs():
     assert p.cost == pytest.approx(50_000, rel=1e-6)
 
 
+def test_every_limit_a_budget_breaks_is_named_with_its_ratio():
+    p = make(budget={"tokens": 1e11, "hours": 10}, gpus=8, data={"tokens_available": 5e10})
+    broken = {c.what: c.ratio for c in p.broken}
+    assert len(broken) >= 2 and list(broken.values()) == sorted(broken.values(), reverse=True)
+    line = plan_render._binding(p)
+    assert all(f"{what} binds" in line and f"{ratio:.3g}x" in line for what, ratio in broken.items())
+    assert plan_render.plan_dict(p)["broken"] == list(broken)
+
+
 def test_data_binds_when_compute_optimal_tokens_exceed_what_is_available():
     p = make(budget={"flops": 1e22}, data={"tokens_available": 5e10})
     assert p.alternative.D_opt > 5e10
@@ -313,9 +322,28 @@ def test_compute_optimal_alternative_from_a_fit_by_hand(tmp_path, fit_report):
     assert p.prediction is not None and p.alternative is not None
 
 
+def test_what_the_budget_buys_against_the_compute_optimal_split(tmp_path, fit_report):
+    """A 1.5B model on 1e11 tokens is far from the fit's compute-optimal split of the same compute: the
+    plan says both losses and the compute at which the optimal split reaches this plan's loss, which
+    is less than the plan's own and lies on the law's frontier."""
+    fit = fitfile.load_fit(write_fit(tmp_path, fit_report))
+    p = make(fit=fit, budget={"tokens": 3e12})
+    b = p.purchase
+    assert b.decided and b.loss == pytest.approx(p.prediction.value)
+    assert b.optimal_loss == pytest.approx(p.alternative.loss.value) and b.optimal_loss < b.loss
+    assert 0 < b.C_same < b.C == p.alternative.C
+    law = fit.law()
+    assert float(law.loss(law.n_opt(b.C_same), law.d_opt(b.C_same))) == pytest.approx(b.loss, rel=1e-6)
+    row = dict(plan_render.summary_rows(p))["what it buys"]
+    assert f"{b.optimal_loss:.3f}" in row and f"${p.cost * b.C_same / b.C:,.0f} instead of ${p.cost:,.0f}" in row
+    assert row.endswith(f"both predictions {b.level}") and b.level in ("trusted", "wide")
+    assert plan_render.plan_dict(p)["what_it_buys"]["compute_share"] == pytest.approx(b.C_same / b.C)
+
+
 def test_a_not_determined_fit_falls_back_to_twenty_tokens_per_param(tmp_path, ladder_report):
     """The CPU ladder's fit for a 1.5B model on 1e11 tokens: no loss number, why, the runs that would
-    settle it; the allocation is the 20-tokens-per-parameter rule, labelled as such; no numpy warning."""
+    settle it; the allocation is the 20-tokens-per-parameter rule, labelled as such; what the budget
+    buys is not determined, and says why; no numpy warning."""
     import warnings
 
     fit = fitfile.load_fit(write_fit(tmp_path, ladder_report))
@@ -345,6 +373,8 @@ def test_a_not_determined_fit_falls_back_to_twenty_tokens_per_param(tmp_path, la
     assert f"D up to {most / 1e6:,.0f}x the 1e+06 tokens available" in plan_render.render_table(short)
     doc = plan_render.plan_dict(p)
     assert doc["predicted_loss"]["value"] is None and doc["compute_optimal"]["from_rule"] is True
+    assert "what it buys       not_determined: the loss this plan reaches is not_determined" in table
+    assert doc["what_it_buys"]["C_same_loss"] is None
 
 
 @pytest.mark.parametrize("C", [1e12, 1e15, 1e18, 1e21, 1e24])

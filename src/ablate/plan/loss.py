@@ -107,3 +107,60 @@ def compute_optimal(C: float, fit: FitLaw | None) -> Alternative:
     n, d = rule_allocation(C)
     method = f"{RULE}, because the fit's allocation at this C is not_determined: {p.verdict.because(limit=2)}"
     return Alternative(C, n, d, method, None, p.verdict, True, p.runs_to_determine)
+
+
+@dataclass(frozen=True)
+class Purchase:
+    """What the plan's budget buys against the compute-optimal split of the same compute C: the plan's
+    loss, the optimal split's, and the compute at which the optimal split reaches the plan's loss
+    (C_same <= C; the money it would save is cost x (1 - C_same / C) at the same MFU). All None when
+    either loss is not determined; `why` then says which."""
+
+    loss: float | None
+    optimal_loss: float | None
+    C: float
+    C_same: float | None
+    why: str = ""
+    level: str = ""  # the worse of the two predictions' verdicts (trusted or wide) when decided
+
+    @property
+    def decided(self) -> bool:
+        return self.C_same is not None
+
+    def to_dict(self) -> dict:
+        return {
+            "loss": self.loss,
+            "optimal_loss": self.optimal_loss,
+            "C": self.C,
+            "C_same_loss": self.C_same,
+            "compute_share": None if self.C_same is None else self.C_same / self.C,
+            "why": self.why,
+            "verdict": self.level or None,
+        }
+
+
+def what_it_buys(fit: FitLaw, prediction: LossPrediction, alternative: Alternative) -> Purchase:
+    """The plan's split against the fit's compute-optimal one at the same C. C_same solves
+    L_opt(C') = L_plan on the fitted law's frontier, L_opt(C') = L(N_opt(C'), D_opt(C')), which
+    falls with C' (Hoffmann et al. 2022, eq. 4), by bisection in log C' on [C / 1e6, C]."""
+    C = alternative.C
+    if prediction.value is None:
+        return Purchase(None, None, C, None, "the loss this plan reaches is not_determined")
+    if alternative.from_rule or alternative.loss is None or alternative.loss.value is None:
+        why = "the fit's compute-optimal split at this compute is not_determined"
+        return Purchase(prediction.value, None, C, None, why)
+    law = fit.law()
+    level = Verdict.worst(prediction.verdict, alternative.loss.verdict).level
+
+    def optimal(c: float) -> float:
+        return float(law.loss(law.n_opt(c), law.d_opt(c)))
+
+    target, lo, hi = prediction.value, math.log(C) - 6 * math.log(10), math.log(C)
+    if target >= optimal(math.exp(lo)):
+        return Purchase(target, alternative.loss.value, C, math.exp(lo), level=level)
+    if target <= optimal(C):  # the plan's split is (within rounding) the optimal one
+        return Purchase(target, alternative.loss.value, C, C, level=level)
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if optimal(math.exp(mid)) > target else (lo, mid)
+    return Purchase(target, alternative.loss.value, C, math.exp(hi), level=level)

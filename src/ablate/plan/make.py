@@ -31,7 +31,7 @@ from ablate.model import accounting
 from ablate.perf import decode
 from ablate.plan.config import BudgetConfig, PlanConfig, PlanInputs
 from ablate.plan.hardware import PlanHardware
-from ablate.plan.loss import Alternative, LossPrediction, compute_optimal, predict_loss
+from ablate.plan.loss import Alternative, LossPrediction, Purchase, compute_optimal, predict_loss, what_it_buys
 from ablate.plan.memory import MemoryPlan, plan_memory
 from ablate.plan.mfu import MfuChoice
 from ablate.scaling.fitfile import FitLaw
@@ -77,6 +77,7 @@ class Plan:
     alternative: Alternative
     constraints: tuple[Constraint, ...]
     notes: tuple[str, ...] = ()
+    purchase: Purchase | None = None  # what the budget buys against the compute-optimal split; None: no fit
 
     @property
     def decode(self) -> list:
@@ -88,6 +89,11 @@ class Plan:
     @property
     def binding(self) -> Constraint:
         return max(self.constraints, key=lambda c: c.ratio)
+
+    @property
+    def broken(self) -> list[Constraint]:
+        """Every limit the plan breaks, the worst first."""
+        return sorted((c for c in self.constraints if c.ratio > 1), key=lambda c: -c.ratio)
 
     @property
     def fits(self) -> bool:
@@ -155,6 +161,7 @@ def make_plan(inputs: PlanInputs, hw: PlanHardware, mfu: MfuChoice, fit: FitLaw 
         alternative,
         tuple(constraints),
         tuple(notes),
+        None if prediction is None else what_it_buys(fit, prediction, alternative),
     )
 
 

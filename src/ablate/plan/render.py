@@ -76,10 +76,12 @@ def plan_dict(p: Plan) -> dict:
         "cost": p.cost,
         "predicted_loss": None if p.prediction is None else p.prediction.to_dict(),
         "compute_optimal": p.alternative.to_dict(),
+        "what_it_buys": None if p.purchase is None else p.purchase.to_dict(),
         "binding": binding.corner,
         "binding_what": binding.what,
         "binding_ratio": binding.ratio,
         "binds": binding.ratio > 1,
+        "broken": [c.what for c in p.broken],
         "binding_detail": binding.text,
         "constraints": [{**asdict(c), "ratio": c.ratio} for c in p.constraints],
         "decode": _decode_entry(p),
@@ -211,6 +213,7 @@ def summary_rows(p: Plan) -> list[tuple[str, str]]:
         ),
         ("predicted loss", _loss(p.prediction, p)),
         ("compute-optimal", _alternative(p)),
+        *([("what it buys", _purchase(p))] if p.purchase is not None else []),
         ("binding", _binding(p)),
         _decode_row(p),
     ]
@@ -253,11 +256,33 @@ def _gpus_needed(p: Plan) -> str:
 
 
 def _binding(p: Plan) -> str:
-    """Which limit stops the plan and by how much; when none does, the closest one and its headroom."""
+    """Every limit the plan breaks, each with how far; when none does, the closest one and its headroom."""
+    broken = p.broken
+    if broken:
+        return "; ".join(
+            f"{b.what} binds ({b.corner}): the plan needs {b.ratio:.3g}x what it has: {b.text}" for b in broken
+        )
     b = p.binding
-    if b.ratio > 1:
-        return f"{b.what} binds ({b.corner}): the plan needs {b.ratio:.3g}x what it has: {b.text}"
     return f"nothing binds; closest is {b.what} ({b.corner}) at {b.ratio:.0%} of its limit: {b.text}"
+
+
+def _purchase(p: Plan) -> str:
+    """The plan's loss against the compute-optimal split's at the same compute, and what reaching the
+    plan's loss the optimal way would cost."""
+    b = p.purchase
+    if not b.decided:
+        return f"not_determined: {b.why}"
+    gap = b.loss / b.optimal_loss - 1
+    text = (
+        f"this split reaches {b.loss:.3f} nats/token; the compute-optimal split of the same {b.C:.3g} FLOPs "
+        f"reaches {b.optimal_loss:.3f} ({gap:+.1%} for this split)"
+    )
+    if b.C_same >= b.C * 0.999:
+        return text + f": this split is the compute-optimal one (both predictions {b.level})"
+    text += f"; the compute-optimal split reaches {b.loss:.3f} with {b.C_same:.3g} FLOPs ({b.C_same / b.C:.0%} of them"
+    if p.cost is not None:
+        text += f", ${p.cost * b.C_same / b.C:,.0f} instead of ${p.cost:,.0f} at the same MFU"
+    return text + f"); both predictions {b.level}"
 
 
 def render_table(p: Plan) -> str:
