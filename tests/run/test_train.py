@@ -65,7 +65,7 @@ def test_metrics_are_sent_in_batches_not_per_step(run_config, tmp_path, monkeypa
 
     monkeypatch.setattr(MlflowClient, "log_batch", counting)
     cfg = run_config(
-        tmp_path, tracking="mlflow", **{"train.steps": 60, "train.log_interval": 1, "train.flush_interval_s": 1e6}
+        tmp_path, tracking="mlflow", **{"train.steps": 60, "train.log_interval": 1, "train.flush_interval_s": 3600}
     )
     train.run(cfg, tmp_path / "out")
     assert sum(calls) >= 60 * 6  # six metrics per step were all delivered ...
