@@ -81,6 +81,8 @@ def test_a_token_budget_on_the_command_line_replaces_the_default_steps(cli, work
 
 @pytest.mark.slow
 def test_precision_sweep_end_to_end(cli, workdir):
+    """The demo's sweep: every policy on 3 seeds, each difference against fp32's run of the same seed
+    and each arm's 95% interval over the seeds, in summary.json and on the console."""
     proc = cli(
         [
             "+sweep=precision",
@@ -96,22 +98,29 @@ def test_precision_sweep_end_to_end(cli, workdir):
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     exp = client.get_experiment_by_name("precision")
     runs = client.search_runs([exp.experiment_id])
-    children = {r.data.params["precision.name"]: r for r in runs if "precision.name" in r.data.params}
+    children = [r for r in runs if "precision.name" in r.data.params]
     parents = [r for r in runs if r.data.tags.get("ablate.kind") == "sweep"]
-    assert set(children) == {"fp32", "bf16", "bf16_pure", "fp16", "fp8_emulated"}
+    assert sorted((r.data.params["precision.name"], r.data.params["train.seed"]) for r in children) == sorted(
+        (p, str(s)) for p in ("fp32", "bf16", "bf16_pure", "fp16", "fp8_emulated") for s in range(3)
+    )
     assert all(r.info.status == "FINISHED" for r in runs)
     assert len(parents) == 1
-    assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in children.values())
-    for r in children.values():
+    assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in children)
+    for r in children:
         assert len(client.get_metric_history(r.info.run_id, "val/loss")) == 2
     (sweep_dir,) = (workdir / "multirun").glob("*/*")
     summary = json.loads((sweep_dir / "summary.json").read_text())
     by_label = {row["label"]: row for row in summary["runs"]}
-    assert by_label["precision=fp8"]["status"] == "unsupported"
-    assert by_label["precision=fp32"]["speedup"] == 1.0
-    assert by_label["precision=bf16"]["val_loss_delta"] is not None
+    assert by_label["precision=fp8 train.seed=0"]["status"] == "unsupported"
+    assert by_label["precision=fp32 train.seed=1"]["speedup"] == 1.0
+    bf16 = [by_label[f"precision=bf16 train.seed={s}"] for s in range(3)]
+    assert all(r["val_loss_delta"] is not None and r["val_loss_delta_n"] == 3 for r in bf16)
+    lo, hi = bf16[0]["val_loss_delta_ci95"]
+    assert lo <= bf16[0]["val_loss_delta_mean"] <= hi
+    assert all(isinstance(r["speedup_comparable"], bool) for r in bf16)
     assert (sweep_dir / "loss_vs_flops.png").stat().st_size > 10_000
-    assert "| precision=bf16 | finished |" in proc.stderr
+    assert "| precision=bf16 train.seed=2 | finished |" in proc.stderr
+    assert "| precision=bf16 | 3 |" in proc.stderr and "- Against precision=fp32: " in proc.stderr
     artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert {"summary.md", "summary.json", "loss_vs_flops.png"} <= artifacts
 

@@ -170,6 +170,7 @@ def test_a_precision_sweep_says_which_bound_each_policy_hit_and_why(tmp_path):
             "job": "0",
             "status": "finished",
             "speedup": 1.0,
+            "speedup_comparable": True,
             "baseline": "precision=fp32",
         },
         {
@@ -178,6 +179,7 @@ def test_a_precision_sweep_says_which_bound_each_policy_hit_and_why(tmp_path):
             "job": "1",
             "status": "finished",
             "speedup": 0.06,
+            "speedup_comparable": True,
             "baseline": "precision=fp32",
         },
         {
@@ -186,6 +188,7 @@ def test_a_precision_sweep_says_which_bound_each_policy_hit_and_why(tmp_path):
             "job": "2",
             "status": "finished",
             "speedup": 0.05,
+            "speedup_comparable": True,
             "baseline": "precision=fp32",
         },
     ]
@@ -238,6 +241,8 @@ def test_the_sweep_summary_carries_the_bound_notes(tmp_path):
                     "final_val_loss": 2.0,
                     "tokens_per_s": speed,
                     "device": "cpu",
+                    "torch_threads": 1,
+                    "core_share": 0.97,  # timed fairly: the speed-up is shown
                 }
             )
         )

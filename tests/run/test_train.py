@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 from ablate.run import checkpoint, train
@@ -43,6 +44,11 @@ def test_run_writes_result_json(run_config, tmp_path):
     )
     assert 0.3 < data["entropy_floor"] < 0.8
     assert data["final_val_loss"] > data["entropy_floor"]
+    # what a fair timing needs: torch's threads and the part of their cores the run had
+    assert data["torch_threads"] == torch.get_num_threads()
+    assert data["core_share"] == pytest.approx(data["train_cpu_s"] / (data["train_s"] * data["torch_threads"]))
+    assert 0 < data["core_share"] and data["gpu"] is None
+    assert data["started_at"] < data["ended_at"] == pytest.approx(time.time(), abs=60)
     run = MlflowClient(cfg.tracking.uri).get_run(result.mlflow_run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["model.n_layer"] == "2"

@@ -25,7 +25,7 @@ from ablate.scaling.multiplier_export import (
     multiplier_markdown,
     summary_text,
 )
-from ablate.scaling.multiplier_paired import PairedRuns, fit_paired
+from ablate.scaling.multiplier_paired import PairedRuns, fit_paired, mean_interval
 from ablate.scaling.points import FitInputError, Points
 from ablate.scaling.verdict import NOT_DETERMINED, TRUSTED, WIDE
 from ablate.tracking.tags import FIT_VERDICT_TAG
@@ -401,3 +401,12 @@ def test_the_report_is_one_line_per_arm_then_each_reason_once(report):
     assert [line.split(" vs ")[0] for line in printed if " vs fp32: " in line] == ["half", "grows"]
     line = arm_line(report.comparisons[0])
     assert line.count(";") == 3 and "(x" in line and "paired: 12 runs of 4 model instances" in line
+
+
+def test_a_mean_of_paired_differences_gets_students_t_interval():
+    """mean +- t_{0.975, n-1} sd / sqrt(n): with 3 seeds t is 4.303, not the normal's 1.96."""
+    est = mean_interval([0.016, 0.024, 0.018])
+    half = 4.302653 * np.std([0.016, 0.024, 0.018], ddof=1) / math.sqrt(3)
+    assert est.value == pytest.approx(0.019333, abs=1e-6)
+    assert est.ci95 == pytest.approx((est.value - half, est.value + half), rel=1e-6)
+    assert mean_interval([0.01]).ci95 is None  # one seed: no interval

@@ -70,6 +70,10 @@ GRIDS = {
     "isoflop": {"model": {"nano", "micro", "tiny", "small"}, "train.flops": {3e11, 1e12, 3e12}},
     "data_size": {"data.train_tokens": {"16384", "65536", "262144", "1048576", "4194304"}},
     "attention": {"model": {"tiny", "small"}, "model.attention": {"manual", "sdpa"}},
+    "precision": {
+        "precision": {"fp32", "bf16", "bf16_pure", "fp16", "fp8", "fp8_emulated"},
+        "train.seed": {"0", "1", "2"},  # paired seeds: each arm's difference gets its 95% interval
+    },
 }
 
 

@@ -398,4 +398,6 @@ def _why(r: dict, base: dict) -> str:
         parts.append(f"it moves {p['bytes_per_step'] / b['bytes_per_step']:.3g}x the bytes per step")
     if p.get("matmul_flops_per_s") and b.get("matmul_flops_per_s"):
         parts.append(f"its matmuls run {p['matmul_flops_per_s'] / b['matmul_flops_per_s']:.3g}x as fast")
-    return f"speed-up {r['speedup']:.2f}x vs {base['label']}: " + ", ".join(parts)
+    # the speed-up itself only where both runs were timed fairly (sweep/summary.py: speedup_comparable)
+    lead = f"speed-up {r['speedup']:.2f}x vs {base['label']}" if r.get("speedup_comparable") else f"vs {base['label']}"
+    return f"{lead}: " + ", ".join(parts)

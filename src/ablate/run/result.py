@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,11 +53,24 @@ class RunResult:
     final_val_bpb: float | None = None
     # The tokens trained on: {"kind", "name", "fingerprint", "packages"} (data/sources.py).
     data: dict | None = None
+    # Whether the run had its cores to itself, which a speed-up between runs needs: torch's threads
+    # and core_share = train_cpu_s / (train_s x torch_threads) (1.0: no other process took a part of
+    # them; a sweep's summary compares speeds only at >= 0.85). On a GPU: which one (host:uuid), and
+    # when the run went (Unix seconds), so that two runs on one GPU at once are told apart.
+    torch_threads: int | None = None
+    core_share: float | None = None
+    gpu: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
 
     @classmethod
     def from_trainer(cls, t, status: str, reason: str) -> RunResult:
+        import torch
 
         cfg = t.cfg
+        threads = torch.get_num_threads()
+        wall_s = time.perf_counter() - t.wall_start
+        ended_at = time.time()
         return cls(
             status=status,
             reason=reason,
@@ -74,7 +88,7 @@ class RunResult:
             entropy_floor=t.p.data.entropy_floor,
             tokens_per_s=t.tokens / t.train_time if t.train_time > 0 else None,
             mfu=t.mfu(t.tokens / t.train_time) if t.train_time > 0 else None,
-            wall_s=time.perf_counter() - t.wall_start,
+            wall_s=wall_s,
             train_s=t.train_time,
             mlflow_run_id=t.tracker.run_id,
             train_cpu_s=t.train_cpu,
@@ -83,6 +97,11 @@ class RunResult:
             memory_bytes=step_memory(cfg, t.device),
             final_val_bpb=bits_per_byte(_finite(t.last_val_loss), t.p.data.bytes_per_token),
             data={"kind": cfg.data.kind, **t.p.data.provenance()},
+            torch_threads=threads,
+            core_share=core_share(t.train_cpu, t.train_time, threads),
+            gpu=gpu_id(t.device),
+            started_at=ended_at - wall_s,
+            ended_at=ended_at,
         )
 
     @classmethod
@@ -115,6 +134,24 @@ class RunResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def core_share(cpu_s: float | None, wall_s: float, threads: int) -> float | None:
+    """The part of its threads' cores a run had: CPU seconds / (wall seconds x threads)."""
+    if cpu_s is None or wall_s <= 0 or threads < 1:
+        return None
+    return cpu_s / (wall_s * threads)
+
+
+def gpu_id(device: str) -> str | None:
+    """host:uuid of the CUDA device a run trained on (host:index where torch gives no uuid); None off CUDA."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    index = torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return f"{socket.gethostname()}:{uuid if uuid is not None else index}"
 
 
 def step_memory(cfg, device: str) -> int:

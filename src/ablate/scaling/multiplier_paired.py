@@ -177,13 +177,22 @@ def fit_paired(runs: PairedRuns, theta: np.ndarray, law_samples: np.ndarray) -> 
     x_u = _unit_means(np.log(runs.C), runs.unit)
     mean, k, se_mean, se_k, within = _estimates(runs, y)
     dof_k = dof_mean = n - 1 if within else n - 2
-    d_u = _unit_means(runs.d, runs.unit)
-    half_d = _t(n - 1) * _se(d_u)
-    offset = Estimate(float(d_u.mean()), (float(d_u.mean() - half_d), float(d_u.mean() + half_d)))
+    offset = mean_interval(_unit_means(runs.d, runs.unit))
     law_sd = _law_sd(runs, law_samples)
     scatter = se_mean * math.sqrt(n)
     C_c = float(np.exp(x_u.mean()))
     return PairedFit(runs, mean, se_mean, k, se_k, dof_k, dof_mean, C_c, law_sd, offset, scatter)
+
+
+def mean_interval(values: Sequence[float]) -> Estimate:
+    """The mean of independent paired differences (one per seed or model instance) with Student's t
+    95% interval, mean +- t_{0.975, n-1} sd / sqrt(n); no interval with fewer than 2 values."""
+    values = np.asarray(values, float)
+    mean = float(values.mean())
+    if len(values) < 2:
+        return Estimate(mean)
+    half = _t(len(values) - 1) * _se(values)
+    return Estimate(mean, (mean - half, mean + half))
 
 
 def _estimates(runs: PairedRuns, y: np.ndarray) -> tuple[float, float, float, float, bool]:

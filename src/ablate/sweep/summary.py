@@ -4,7 +4,10 @@ Rows come from each job's result.json (a job skipped as already finished reports
 the MLflow run it points to). A job with a list budget (run/branches.py) is a trunk row and a row
 per cooldown branch (JOB/branches/KEY=BUDGET/result.json); the branches are ordinary points, the
 trunk is not. Files written to the sweep dir (and logged to the parent run):
-- summary.md / summary.json: the table; the rows;
+- summary.md / summary.json: the table; the rows. Each row carries its loss difference against the
+  baseline's run of the same seed (val_loss_delta), its arm's mean difference over the seeds with a
+  Student's t 95% interval (val_loss_delta_ci95, val_loss_delta_resolved), and its speed-up with
+  whether it may be read (speedup_comparable: neither run shared its cores or its GPU);
 - loss_vs_flops.png: validation loss against training FLOPs for every run (Kaplan et al. 2020,
   fig. 1; Hoffmann et al. 2022, fig. 2: the envelope of these curves is Chinchilla approach 1);
 - final_loss.png: final validation loss against parameters and against training tokens, log-log,
@@ -185,16 +188,97 @@ def _drop_impossible_mfus(rows: list) -> None:
             r["mfu_impossible"] = True
 
 
+SEED_KEY = "train.seed"
+# A run's speed is comparable with another's only when neither shared its cores (or its GPU):
+# core share = training CPU seconds / (training wall seconds x torch threads), 1.0 for a run that
+# had its threads' cores to itself; below this, another process took a part of them.
+MIN_CORE_SHARE = 0.85
+
+
 def _compare_to_baseline(rows: list) -> None:
-    """Loss difference and speed-up against fp32 when it ran, else the first finished row."""
+    """Loss difference and speed-up of each run against its baseline: the fp32 run (else the first
+    finished one) with the same seed (train.seed swept: same data order and initialisation), so the
+    difference is paired. Each arm (the runs that differ only in their seed) then gets the mean of its
+    runs' differences with a Student's t 95% interval over the seeds (`val_loss_delta_ci95`)."""
+    from ablate.scaling.multiplier_paired import mean_interval  # scipy: a second to import
+
     done = [r for r in rows if r.get("final_val_loss") is not None and r.get("kind") != "trunk"]
     base = next((r for r in done if r.get("precision") == "fp32"), done[0] if done else None)
+    base_arm = _arm(base) if base else None
+    partners = {r.get("overrides", {}).get(SEED_KEY): r for r in done if _arm(r) == base_arm}
     for r in rows:
+        seed = r.get("overrides", {}).get(SEED_KEY)
+        partner = partners.get(seed) if seed is not None else base
         r["baseline"] = base["label"] if base else None
-        ok = base is not None and r.get("final_val_loss") is not None
-        r["val_loss_delta"] = r["final_val_loss"] - base["final_val_loss"] if ok else None
-        speed, base_speed = r.get("tokens_per_s"), base.get("tokens_per_s") if base else None
+        r["baseline_job"] = partner["job"] if partner else None
+        ok = partner is not None and r.get("final_val_loss") is not None
+        r["val_loss_delta"] = r["final_val_loss"] - partner["final_val_loss"] if ok else None
+        speed, base_speed = r.get("tokens_per_s"), partner.get("tokens_per_s") if partner else None
         r["speedup"] = speed / base_speed if speed and base_speed else None
+        why = _why_not_comparable(r, partner, rows) if r["speedup"] else None
+        r["speedup_comparable"] = None if r["speedup"] is None else why is None
+        r["speedup_why_not"] = why
+    for arm in _arms(rows):
+        deltas = [r["val_loss_delta"] for r in arm["runs"] if r.get("val_loss_delta") is not None]
+        is_base = arm["arm"] == base_arm
+        est = mean_interval(deltas) if deltas and not is_base else None
+        ci = list(est.ci95) if est is not None and est.ci95 is not None else None
+        for r in arm["runs"]:
+            r["arm"] = arm["label"]
+            r["val_loss_delta_mean"] = est.value if est is not None else None
+            r["val_loss_delta_ci95"] = ci
+            r["val_loss_delta_n"] = len(deltas)
+            r["val_loss_delta_resolved"] = None if ci is None else not ci[0] <= 0.0 <= ci[1]
+
+
+def _arm(row: dict) -> tuple:
+    """What sets a run apart but its seed: runs that share it are one arm's replicates."""
+    return tuple(sorted((k, v) for k, v in row.get("overrides", {}).items() if k != SEED_KEY))
+
+
+def _arms(rows: list) -> list[dict]:
+    """[{"arm", "label", "runs"}] in the order of their first run: the runs that differ only in seed."""
+    arms: dict = {}
+    for r in rows:
+        if r.get("kind") == "trunk":
+            continue
+        key = _arm(r)
+        label = " ".join(f"{k}={v}" for k, v in key) or r["label"]
+        arms.setdefault(key, {"arm": key, "label": label, "runs": []})["runs"].append(r)
+    return list(arms.values())
+
+
+def _why_not_comparable(r: dict, base: dict, rows: list) -> str | None:
+    """Why a run's speed cannot be set against its baseline's, or None when it can: both ran on a
+    CPU with their cores to themselves (core share >= MIN_CORE_SHARE), or both on a GPU of their own
+    (no other run of the sweep on the same GPU while it ran)."""
+    devices = {str(r.get("device") or "?").split(":")[0], str(base.get("device") or "?").split(":")[0]}
+    if len(devices) != 1:
+        return f"{r['label']} and {base['label']} ran on different devices ({', '.join(sorted(devices))})"
+    for x in (r, base):
+        if devices == {"cuda"}:
+            other = _gpu_sharer(x, rows)
+            if other is not None:
+                return f"{x['label']} shared its GPU with {other}"
+            continue
+        share = x.get("core_share")
+        if share is None:
+            return f"{x['label']} recorded no core share (an older ablate, or a run skipped as finished)"
+        if share < MIN_CORE_SHARE:
+            return f"{x['label']} had {share:.0%} of its {x.get('torch_threads') or '?'} thread(s)' cores"
+    return None
+
+
+def _gpu_sharer(r: dict, rows: list) -> str | None:
+    """Another run of the sweep on r's GPU while r ran ("?" when r recorded no GPU or times)."""
+    if not r.get("gpu") or r.get("started_at") is None or r.get("ended_at") is None:
+        return "?"
+    for o in rows:
+        if o is r or o.get("gpu") != r["gpu"] or o.get("started_at") is None or o.get("ended_at") is None:
+            continue
+        if o["started_at"] < r["ended_at"] and r["started_at"] < o["ended_at"]:
+            return o["label"]
+    return None
 
 
 def _add_profiles(rows: list, sweep_dir: Path) -> None:
@@ -207,9 +291,15 @@ def _add_profiles(rows: list, sweep_dir: Path) -> None:
 
 def format_table(rows: list, name: str) -> str:
     """One row per run. The loss difference and speed-up against a baseline only where the runs
-    share a model size (a precision or attention sweep); across sizes they compare nothing."""
+    share a model size (a precision or attention sweep); across sizes they compare nothing. With
+    seeds swept, each difference is against the baseline's run of the same seed, and a second table
+    gives each arm's mean difference with its 95% interval over the seeds. A speed-up is shown only
+    where it was measured fairly (`speedup_comparable`)."""
     base = next((r["baseline"] for r in rows if r.get("baseline")), "first run")
     compare = len({r.get("params") for r in rows if r.get("params")}) <= 1
+    seeded = any(SEED_KEY in r.get("overrides", {}) for r in rows)
+    base_arm = next((r["arm"] for r in rows if r.get("label") == base and r.get("arm")), base)
+    delta_col = f"Δ vs {base_arm} (same seed)" if seeded else f"Δ vs {base}"
     cols = [
         "run",
         "status",
@@ -218,9 +308,10 @@ def format_table(rows: list, name: str) -> str:
         "FLOPs",
         "val loss",
         *(["val bpb"] if any(r.get("final_val_bpb") for r in rows) else []),
-        *([f"Δ vs {base}"] if compare else []),
+        *([delta_col] if compare else []),
         "tokens/s",
         *(["speed-up"] if compare else []),
+        *(["core share"] if any(r.get("core_share") is not None for r in rows) else []),
         "MFU",
         *(["memory"] if any(r.get("memory_bytes") for r in rows) else []),
     ]
@@ -240,11 +331,15 @@ def format_table(rows: list, name: str) -> str:
             cells.append(_num(r.get("val_loss_delta"), "+.4f"))
         cells.append(_num(r.get("tokens_per_s"), ",.0f"))
         if compare:
-            cells.append(_num(r.get("speedup"), ".2f", "x"))
+            cells.append(_num(r.get("speedup") if r.get("speedup_comparable") else None, ".2f", "x"))
+        if "core share" in cols:
+            cells.append(_num(r.get("core_share"), ".0%"))
         cells.append(_num(r.get("mfu"), ".2%"))
         if "memory" in cols:
             cells.append(_num(r["memory_bytes"] / 1e6 if r.get("memory_bytes") else None, ".3g", " MB"))
         lines.append("| " + " | ".join(cells) + " |")
+    if compare and seeded:
+        lines += ["", *arms_table(rows, base_arm)]
     grid = pivot_table(rows)
     if grid:
         lines += ["", grid]
@@ -257,13 +352,18 @@ def format_table(rows: list, name: str) -> str:
             f"- MFU not shown for {', '.join(impossible)}: the run recorded an impossible one (above 100% or "
             "not positive), measured against a CPU peak that a busy machine had fooled (an older ablate)."
         )
+    if compare:
+        notes += [line for line in (delta_verdict(rows, base_arm, seeded), speed_note(rows)) if line]
     skipped = sum(r["status"] == "skipped" for r in rows)
     if skipped:
         notes.append(
             f"- {skipped} run(s) had already finished with the same config and were not run again "
             "(train.rerun=true reruns them)."
         )
-    if any(r.get("device") == "cpu" and (r.get("speedup") or 1) < 1 and r.get("precision") != "fp32" for r in rows):
+    if any(
+        r.get("device") == "cpu" and r.get("speedup_comparable") and r["speedup"] < 1 and r.get("precision") != "fp32"
+        for r in rows
+    ):
         notes.append(
             "- On this CPU reduced precision costs time: without native bf16/fp16 arithmetic the "
             "low-precision kernels are emulated. On GPUs with tensor cores (A100, H100, H200) the "
@@ -283,6 +383,79 @@ def format_table(rows: list, name: str) -> str:
 
         notes += roofline.bound_notes(rows)
     return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def arms_table(rows: list, base_arm: str) -> list[str]:
+    """Each arm's mean loss difference against the baseline's runs of the same seeds, with its 95%
+    interval (mean +- t_{0.975, n-1} sd / sqrt(n) over the n paired seeds) and whether it excludes 0."""
+    lines = [
+        f"Each arm against {base_arm}, paired by seed (same data order and initialisation):",
+        "",
+        f"| arm | seeds | val loss (mean) | Δ vs {base_arm} (mean) | 95% interval | difference |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm in _arms(rows):
+        runs = arm["runs"]
+        losses = [r["final_val_loss"] for r in runs if r.get("final_val_loss") is not None]
+        first = runs[0]
+        ci = first.get("val_loss_delta_ci95")
+        if arm["label"] == base_arm:
+            verdict = "baseline"
+        elif first.get("val_loss_delta_resolved") is None:
+            verdict = "no interval" if losses else "-"
+        else:
+            verdict = "real" if first["val_loss_delta_resolved"] else "noise"
+        cells = [
+            arm["label"],
+            str(len(losses)),
+            _num(sum(losses) / len(losses) if losses else None, ".4f"),
+            _num(first.get("val_loss_delta_mean"), "+.4f"),
+            f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "-",
+            verdict,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def delta_verdict(rows: list, base_arm: str, seeded: bool) -> str | None:
+    """One line: which arms' loss differences are real (their interval excludes 0) and which noise."""
+    arms = [a for a in _arms(rows) if a["label"] != base_arm and a["runs"][0].get("val_loss_delta") is not None]
+    if not arms:
+        return None
+    if not seeded:
+        return (
+            f"- One run per arm: the differences against {base_arm} have no noise estimate "
+            f"(sweep {SEED_KEY}=0,1,2 for each arm's 95% interval over paired seeds)."
+        )
+    real = [a for a in arms if a["runs"][0].get("val_loss_delta_resolved")]
+    noise = [a for a in arms if a["runs"][0].get("val_loss_delta_resolved") is False]
+    unknown = [a["label"] for a in arms if a["runs"][0].get("val_loss_delta_resolved") is None]
+
+    def shown(a):
+        r = a["runs"][0]
+        lo, hi = r["val_loss_delta_ci95"]
+        return f"{a['label']} {r['val_loss_delta_mean']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+    parts = [
+        f"real (the 95% interval excludes 0): {', '.join(map(shown, real))}" if real else "no difference resolved",
+        f"noise (the interval holds 0): {', '.join(a['label'] for a in noise)}" if noise else "",
+        f"no interval (fewer than 2 paired seeds): {', '.join(unknown)}" if unknown else "",
+    ]
+    return f"- Against {base_arm}: " + "; ".join(p for p in parts if p) + "."
+
+
+def speed_note(rows: list) -> str | None:
+    """One line, where some speed-up is not shown: why (the run that shared its cores the most)."""
+    unfair = [r for r in rows if r.get("speedup_comparable") is False]
+    if not unfair:
+        return None
+    worst = min(unfair, key=lambda r: r.get("core_share") if r.get("core_share") is not None else -1.0)
+    return (
+        f"- No speed-up shown for {len(unfair)} of {sum(r.get('speedup') is not None for r in rows)} runs: "
+        f"runs that shared cores cannot be timed against each other ({worst['speedup_why_not']}; a fair "
+        f"timing needs a core share of {MIN_CORE_SHARE:.0%} or more, or a GPU each: hydra/launcher=sequential "
+        "on a quiet machine)."
+    )
 
 
 GPU_NOTE_HARDWARE = "h100"
@@ -505,11 +678,12 @@ def _ratio_baseline(rows: list, curves: dict) -> dict | None:
 
 
 def _ratio_panel(ax, rows: list, curves: dict, base: dict) -> None:
-    base_flops, base_loss = curves[base["job"]]
-    at = dict(zip(base_flops, base_loss, strict=False))
+    """Each run against its baseline run (the same seed's, where seeds were swept)."""
     for r in rows:
         if r["job"] not in curves:
             continue
+        partner = r.get("baseline_job") if r.get("baseline_job") in curves else base["job"]
+        at = dict(zip(*curves[partner], strict=False))
         points = [(f, v / at[f]) for f, v in zip(*curves[r["job"]], strict=False) if f in at]
         if points:
             xs, ys = zip(*points, strict=False)
@@ -531,6 +705,8 @@ def plot_speed_memory(rows: list, path: Path) -> Path | None:
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     labels = [r.get("precision") or r["label"] for r in done]
+    if len(set(labels)) < len(labels):  # seeds swept: one bar per run, named by its label
+        labels = [r["label"] for r in done]
     speeds = [r["tokens_per_s"] for r in done]
     left.barh(labels, speeds, color="tab:blue")
     device = next((r.get("device") for r in done if r.get("device")), "this machine")
