@@ -28,9 +28,10 @@ $(VENV)/.installed: pyproject.toml
 corpus:
 	bash scripts/install_corpus.sh
 
-# The precision policies on one small model, 3 seeds each, two runs at a time (conf/sweep/precision.yaml);
-# ends with the table, each policy's loss difference against fp32 with its 95% interval over the
-# seeds, the plots and where to look next. DEMO_ARGS adds overrides (e.g. DEMO_ARGS=train.steps=400).
+# The precision policies on one small model, 3 seeds each, two runs at a time
+# (src/ablate/conf/sweep/precision.yaml); ends with the table, each policy's loss difference
+# against fp32 with its 95% interval over the seeds, the plots and where to look next. DEMO_ARGS
+# adds overrides (e.g. DEMO_ARGS=train.steps=400).
 DEMO_ARGS ?=
 demo: install
 	@$(PY) -m ablate +sweep=precision $(DEMO_ARGS)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The real-text corpus of data=debian_docs (conf/data/debian_docs.yaml, docs/data.md): three Debian
-# documentation packages, read where dpkg puts them. Idempotent: installs only what is missing.
+# The real-text corpus of data=debian_docs (src/ablate/conf/data/debian_docs.yaml, docs/data.md):
+# three Debian documentation packages, read where dpkg puts them. Idempotent: installs only what is missing.
 set -euo pipefail
 
 packages=()

@@ -1,6 +1,7 @@
 """Constants the tests need at collection time: the repository's paths, the small-data overrides,
-and the presets read from conf/. Set-up (configs, command-line runs, stores, servers, clusters) is
-in fixtures (tests/conftest.py); this module holds nothing that starts or writes anything."""
+and the presets read from the package's own (ablate/conf). Set-up (configs, command-line runs,
+stores, servers, clusters) is in fixtures (tests/conftest.py); this module holds nothing that
+starts or writes anything."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 
 import yaml
 
+from ablate.config import CONF_DIR
+
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
+CONF = CONF_DIR
 DATA = ROOT / "tests" / "fixtures"  # committed input files (Epoch's Chinchilla CSV)
 
 # A small language (500 words) keeps data generation and evaluation quick in tests.
@@ -17,7 +20,7 @@ SMALL_DATA = ["data.n_words=500", "data.train_tokens=200000", "data.val_tokens=2
 
 
 def preset(group: str, name: str) -> dict:
-    """conf/GROUP/NAME.yaml as a plain dict, as the tests build configs from it."""
+    """The preset GROUP/NAME.yaml as a plain dict, as the tests build configs from it."""
     return yaml.safe_load((CONF / group / f"{name}.yaml").read_text())
 
 

@@ -948,11 +948,8 @@ def test_a_name_that_becomes_a_path_stays_inside(cli, request, tmp_path):
     "names with ../ in them (an experiment, a CSV column, a model and hardware name, a study) that become folders",
 )
 def test_names_that_become_folders_stay_inside_their_root(request, tmp_path, monkeypatch):
-    from ablate.cli.backtest import BacktestConfig
-    from ablate.cli.compare import CompareConfig
-    from ablate.cli.fit import FitConfig
+    from ablate.config import BacktestConfig, CompareConfig, FitConfig, parse_plan
     from ablate.files import inside
-    from ablate.plan.config import parse_plan
 
     monkeypatch.chdir(tmp_path)
     escape = "../../../ESCAPED"

@@ -2,9 +2,12 @@
 
 Layers, each a subpackage whose imports only point down this list (tests/test_architecture.py
 checks it). Every __init__ states its package's API and imports nothing, so that importing one
-module never loads its siblings: the planning and fitting code runs without torch.
+module never loads its siblings: the planning and fitting code runs without torch. config/ is the
+exception: its __init__ is its API, the schemas and their parse functions, none of which loads a
+dependency.
 
-    config.py files.py faults.py host.py provenance.py   the schema, atomic writes, failpoints,
+    config/ conf/      every command's schema and parse function; the presets (package data)
+    errors.py files.py faults.py host.py provenance.py   ConfigError, atomic writes, failpoints,
                                                        cores and processes, config hash and code version
     model/     the GPT and what is applied to it: accounting, precision policies, the optimizer
     data/      token sources: the synthetic language, text, token files
@@ -12,7 +15,7 @@ module never loads its siblings: the planning and fitting code runs without torc
     tracking/  MLflow: the run tracker, stores, tags, the outage spool
     run/       one training run: prepare, decide, train, checkpoint, DDP ranks, signals, results
     scaling/   scaling laws fitted to runs: points, laws, bootstrap, frontier, export
-    plan/      the big run priced: config, hardware, MFU, memory, loss, constraints, rendering
+    plan/      the big run priced: hardware, MFU, memory, loss, constraints, rendering
     sweep/     many runs: the Hydra callback, the plan, the summary, recorded studies, launchers
     search/    Optuna studies whose trials are sweep jobs, with pruning
     cli/       the commands (`ablate COMMAND`), one module each, over the library

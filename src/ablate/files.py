@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ablate.config import ConfigError
+from ablate.errors import ConfigError
 from ablate.faults import failpoint
 
 

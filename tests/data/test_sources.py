@@ -11,7 +11,7 @@ import pytest
 
 from ablate.config import ConfigError, SyntheticDataConfig, TextDataConfig, TokenDataConfig
 from ablate.data import sources
-from ablate.data.synthetic import SyntheticLanguage, SyntheticSpec, cost_seconds
+from ablate.data.synthetic import SyntheticLanguage, cost_seconds
 
 
 @pytest.mark.parametrize("n_words, tokens", [(300_000, 1_000), (4000, 2_000_000_000)])
@@ -25,7 +25,7 @@ def test_a_language_that_would_take_minutes_is_refused_at_once_with_the_limit(n_
 
 def test_the_cost_model_does_not_underestimate_a_real_build():
     """The estimate is an upper bound here: a 12,000-word language and 2M tokens, measured."""
-    spec = SyntheticSpec(n_words=12_000)
+    spec = SyntheticDataConfig(n_words=12_000)
     started = time.process_time()
     SyntheticLanguage(spec).generate(2_000_000)
     spent = time.process_time() - started
@@ -57,7 +57,7 @@ def test_every_synthetic_key_is_checked_before_the_library_sees_it(change, key):
 
 def test_every_zipf_exponent_in_range_gives_a_finite_floor():
     for s in (0.0, SyntheticDataConfig.MAX_ZIPF):
-        rate = SyntheticLanguage(SyntheticSpec(n_words=500, zipf_unigram=s, zipf_successor=s)).entropy_rate
+        rate = SyntheticLanguage(SyntheticDataConfig(n_words=500, zipf_unigram=s, zipf_successor=s)).entropy_rate
         assert np.isfinite(rate) and rate > 0
 
 

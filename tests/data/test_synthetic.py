@@ -1,4 +1,4 @@
-"""Tests for the synthetic language with an exact entropy rate (ablate.synthetic)."""
+"""Tests for the synthetic language with an exact entropy rate (ablate.data.synthetic, its schema config/data.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from ablate.data.synthetic import SPACE, VOCAB_SIZE, SyntheticLanguage, SyntheticSpec
+from ablate.config import ConfigError, SyntheticDataConfig
+from ablate.data.synthetic import SPACE, VOCAB_SIZE, SyntheticLanguage
 
-SMALL = SyntheticSpec(n_words=200, successors=16, seed=3)
+SMALL = SyntheticDataConfig(n_words=200, successors=16, seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def test_deterministic_and_seed_dependent(small_lang: SyntheticLanguage) -> None
     c = small_lang.generate(5000, seed=2)
     assert np.array_equal(a, b)
     assert not np.array_equal(a, c)
-    other = SyntheticLanguage(SyntheticSpec(n_words=200, successors=16, seed=4))
+    other = SyntheticLanguage(SyntheticDataConfig(n_words=200, successors=16, seed=4))
     assert other.words != small_lang.words
 
 
@@ -103,13 +104,13 @@ def _brute_force_rate(lang: SyntheticLanguage) -> float:
 @pytest.mark.parametrize(
     "spec",
     [
-        SyntheticSpec(n_words=5, successors=3, seed=0),
-        SyntheticSpec(n_words=5, successors=3, seed=11, zipf_successor=1.7),
-        SyntheticSpec(n_words=12, successors=2, seed=2, min_len=1, max_len=4),
-        SyntheticSpec(n_words=60, successors=8, seed=9),
+        SyntheticDataConfig(n_words=5, successors=3, seed=0),
+        SyntheticDataConfig(n_words=5, successors=3, seed=11, zipf_successor=1.7),
+        SyntheticDataConfig(n_words=12, successors=2, seed=2, min_len=1, max_len=4),
+        SyntheticDataConfig(n_words=60, successors=8, seed=9),
     ],
 )
-def test_exact_entropy_matches_brute_force(spec: SyntheticSpec) -> None:
+def test_exact_entropy_matches_brute_force(spec: SyntheticDataConfig) -> None:
     lang = SyntheticLanguage(spec)
     q = lang.successor_probs
     r = np.arange(1, spec.successors + 1) ** -spec.zipf_successor
@@ -163,9 +164,10 @@ def test_default_floor_plausible(default_lang: SyntheticLanguage) -> None:
 
 
 def test_rejects_bad_specs() -> None:
-    with pytest.raises(ValueError):
-        SyntheticSpec(n_words=700, min_len=2, max_len=2)  # only 676 two-letter words
-    with pytest.raises(ValueError):
-        SyntheticSpec(n_words=10, successors=11)
+    """The language checks its config as the run's parse does: it is the same schema."""
+    with pytest.raises(ConfigError, match=r"data\.n_words=700 is not a lexicon"):
+        SyntheticLanguage(SyntheticDataConfig(n_words=700, min_len=2, max_len=2))  # only 676 two-letter words
+    with pytest.raises(ConfigError, match=r"data\.successors=11 is out of range"):
+        SyntheticLanguage(SyntheticDataConfig(n_words=10, successors=11))
     with pytest.raises(ValueError):
         SyntheticLanguage(SMALL).generate(-1)

@@ -32,7 +32,6 @@ def command_env(checkout: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(VENV_BIN.parent)
-    env["ABLATE_CONF"] = str(checkout / "conf")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.cli.main import COMMANDS
+from ablate.config import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -210,7 +211,7 @@ def trains(args: list[str]) -> bool:
     return name in TRAINING and (name != "study" or "--run" in args)
 
 
-def preset_budget(args: list[str], conf: Path = ROOT / "conf") -> bool:
+def preset_budget(args: list[str], conf: Path = CONF_DIR) -> bool:
     """Whether a `+sweep=NAME` preset replaces the step budget by a token or FLOP budget."""
     import yaml
 

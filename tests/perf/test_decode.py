@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ablate.config import ModelConfig, PrecisionConfig, build
+from ablate.config import ModelConfig, PrecisionConfig, build, parse_plan
 from ablate.model.gpt import GPT
 from ablate.perf import decode, roofline
 from support import CONF, preset
@@ -60,7 +60,6 @@ def test_serving_dtype_follows_the_precision():
 def test_the_planner_reports_the_bound_beside_the_training_estimates(tmp_path):
     from omegaconf import OmegaConf
 
-    from ablate.plan import config as plan_config
     from ablate.plan import hardware as plan_hardware
     from ablate.plan import make as plan_make
     from ablate.plan import mfu as plan_mfu
@@ -77,7 +76,7 @@ def test_the_planner_reports_the_bound_beside_the_training_estimates(tmp_path):
         "batch_size": 4,
         "out": str(tmp_path),
     }
-    inputs = plan_config.parse_plan(tree)
+    inputs = parse_plan(tree)
     hw = plan_hardware.planning_hardware(inputs.hardware, inputs.precision)
     plan = plan_make.make_plan(inputs, hw, plan_mfu.choose_mfu(inputs.plan, hw.name, hw.device, "bf16"))
     one, four = render.plan_dict(plan)["decode"]["bounds"]

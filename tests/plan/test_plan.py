@@ -11,9 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from ablate.config import ConfigError, PrecisionConfig, build
+from ablate.config import ConfigError, PrecisionConfig, build, parse_plan
 from ablate.model import accounting
-from ablate.plan import config as plan_config
 from ablate.plan import hardware as plan_hardware
 from ablate.plan import loss
 from ablate.plan import make as plan_make
@@ -48,7 +47,7 @@ def inputs(model="gpt_1p5b", precision="bf16_pure", hardware="h200", budget=None
     overrides += [f"budget.{k}={v}" for k, v in budget.items()]
     overrides += [f"data.{k}={v}" for k, v in (data or {}).items()]
     overrides += [f"{k}={v}" for k, v in plan.items()]
-    return plan_config.parse_plan(compose_plan(overrides))
+    return parse_plan(compose_plan(overrides))
 
 
 def make(mfu=0.4, fit=None, **kwargs) -> plan_make.Plan:

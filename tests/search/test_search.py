@@ -19,12 +19,11 @@ from mlflow.tracking import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from ablate.config import ConfigError
+from ablate.config import ConfigError, SearchConfig, parse_search
 from ablate.run import train
 from ablate.search import report as search_report
 from ablate.search import space, trial
 from ablate.search import storage as study_storage
-from ablate.search.config import SearchConfig, parse_search
 from ablate.search.storage import Drivers
 from ablate.search.trial import PruningHook
 from support import SMALL_DATA

@@ -1,5 +1,5 @@
 """`ablate backtest`: how often a fit's printed 95% interval holds the truth when it extrapolates (a Hydra
-app over conf/backtest.yaml).
+app over ablate/conf/backtest.yaml).
 
     ablate backtest points=FILE.csv [cuts=[0.25,0.375,0.5,0.625,0.75]] [n_boot=200] [out=DIR]
     ablate backtest experiment=NAME [tracking.uri=sqlite:////abs/mlflow.db]
@@ -10,7 +10,8 @@ bootstrap, its verdict and the calibration of its intervals -- sees only the run
 predicts every run above it. Prints the table by distance past the largest fitted run (decades of
 compute): held-out runs, how many fell inside their interval, the median error and interval width,
 the verdicts; writes DIR/backtest.json and DIR/backtest.md (default DIR: exports/NAME/backtest).
-The work is in scaling/backtest.py; the points are read as `ablate fit` reads them (cli/fit.py).
+The work is in scaling/backtest.py, the schema in config/fit.py; the points are read as `ablate fit`
+reads them (cli/fit.py).
 """
 
 from __future__ import annotations
@@ -18,34 +19,14 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main
-from ablate.cli.fit import FitSourceConfig, load_inputs, parse_config
-from ablate.config import ConfigError
-from ablate.files import check_writable_dir, output_dir, write_files
+from ablate.cli.fit import fit_options, load_inputs
+from ablate.config import ConfigError, parse_backtest
+from ablate.files import check_writable_dir, write_files
 
-DEFAULT_CUTS = (0.25, 0.375, 0.5, 0.625, 0.75)
 SUMMARY = "How often a fit's printed 95% interval holds runs past the data it saw: fit below a cut, predict above."
 EXAMPLE = "ablate backtest points=tests/fixtures/chinchilla.csv"
-
-
-@dataclass
-class BacktestConfig(FitSourceConfig):
-    n_boot: int = 200  # each cut is a whole fit with its own bootstrap: fewer resamples keep it quick
-    cuts: list = field(default_factory=lambda: list(DEFAULT_CUTS))
-
-    def validate(self) -> None:
-        super().validate()
-        if not self.cuts or not all(isinstance(c, (int, float)) and 0 < c < 1 for c in self.cuts):
-            raise ConfigError(
-                f"cuts={self.cuts} is invalid (valid: a list of fractions of the compute span, each 0 < cut < 1)"
-            )
-
-    @property
-    def out_dir(self) -> Path:
-        return output_dir(self.out, "exports", self.name, "backtest")
 
 
 def task(cfg) -> dict:
@@ -56,11 +37,11 @@ def task(cfg) -> dict:
     from ablate.scaling.report import backtest_markdown
 
     try:
-        bc = parse_config(BacktestConfig, OmegaConf.to_container(cfg, resolve=True))
+        bc = parse_backtest(OmegaConf.to_container(cfg, resolve=True))
         check_writable_dir(bc.out_dir, "out")  # before minutes of fitting, not after
         inputs = load_inputs(bc)
         started = time.perf_counter()
-        result = backtest(inputs.points, bc.options(), tuple(float(c) for c in bc.cuts))
+        result = backtest(inputs.points, fit_options(bc), tuple(float(c) for c in bc.cuts))
         md = backtest_markdown(result, f"Backtest of {bc.name}: {len(inputs.points)} runs, cuts {bc.cuts}")
         doc = {"source": inputs.source, "cuts": bc.cuts, "n_boot": bc.n_boot, **result.to_dict()}
         files = write_files(

@@ -1,4 +1,5 @@
-"""`python -m ablate compare`: the arms of an ablation as compute multipliers (a Hydra app over conf/compare.yaml).
+"""`python -m ablate compare`: the arms of an ablation as compute multipliers (a Hydra app over
+ablate/conf/compare.yaml).
 
     python -m ablate compare experiment=NAME arm=precision baseline=fp32 [target=1e18] [tracking.uri=...]
     python -m ablate compare points=FILE.csv baseline=fp32 [arm=arm]     (a CSV with an arm column)
@@ -16,70 +17,17 @@ others by their laws alone (unpaired); each arm's line says which. E is
 fitted above the data's entropy floor: entropy_floor=, else the points' own (the CSV's entropy_floor
 column, the experiment's runs). Writes DIR/multiplier.json,
 multiplier.md and multiplier.png (default DIR: exports/NAME-ARM/) and, with experiment=NAME, logs them
-to a run tagged ablate.kind=compare. The method is in scaling/multiplier.py.
+to a run tagged ablate.kind=compare. The method is in scaling/multiplier.py, the schema in config/fit.py.
 """
 
 from __future__ import annotations
 
 import csv
 import sys
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main
-from ablate.cli.fit import MAX_BOOT, MAX_TARGET, FitTrackingConfig, check_source
-from ablate.config import ConfigError, build, require_at_most
-from ablate.files import check_writable_dir, output_dir
-
-
-@dataclass
-class CompareConfig:
-    experiment: str | None = None
-    points: str | None = None
-    arm: str = "precision"
-    baseline: str | None = None
-    arms: list | None = None
-    target: float | None = None
-    n_boot: int = 1000
-    seed: int = 0
-    entropy_floor: float | None = None
-    shared: bool = True
-    out: str | None = None
-    tracking: FitTrackingConfig = field(default_factory=FitTrackingConfig)
-
-    def validate(self) -> None:
-        check_source(self.experiment, self.points, "params,tokens,loss,flops and an arm column")
-        if not self.baseline:
-            raise ConfigError(
-                f"baseline={self.baseline} is missing (valid: the value of {self.arm} to measure against)"
-            )
-        if self.n_boot < 0:
-            raise ConfigError(f"n_boot={self.n_boot} is negative (valid: >= 0)")
-        require_at_most("n_boot", self.n_boot, MAX_BOOT, "resamples")
-        if self.seed < 0:
-            raise ConfigError(f"seed={self.seed} is negative (valid: >= 0)")
-        if self.target is not None and self.target <= 0:
-            raise ConfigError(f"target={self.target:g} must be positive (valid: training FLOPs, e.g. 1e18)")
-        if self.target is not None:
-            require_at_most("target", self.target, MAX_TARGET, "FLOPs")
-
-    @property
-    def name(self) -> str:
-        return self.experiment or Path(self.points).stem
-
-    @property
-    def out_dir(self) -> Path:
-        return output_dir(self.out, "exports", f"{self.name}-{self.arm}")
-
-
-def parse_compare(tree: dict) -> CompareConfig:
-    tree = {k: v for k, v in tree.items() if k != "hydra"}
-    rest = {k: v for k, v in tree.items() if k != "tracking"}
-    cfg = replace(build(CompareConfig, rest, ""), tracking=build(FitTrackingConfig, tree.get("tracking"), "tracking"))
-    cfg.baseline = None if cfg.baseline is None else str(cfg.baseline)
-    cfg.arms = None if cfg.arms is None else [str(a) for a in cfg.arms]
-    cfg.validate()
-    return cfg
+from ablate.config import CompareConfig, ConfigError, parse_compare
+from ablate.files import check_writable_dir
 
 
 def arms_from_experiment(cfg: CompareConfig):

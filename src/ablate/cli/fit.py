@@ -1,4 +1,4 @@
-"""`python -m ablate fit`: scaling laws fitted to an experiment's runs (a Hydra app over conf/fit.yaml).
+"""`python -m ablate fit`: scaling laws fitted to an experiment's runs (a Hydra app over ablate/conf/fit.yaml).
 
     python -m ablate fit experiment=NAME [tracking.uri=sqlite:////abs/mlflow.db] [out=DIR]
     python -m ablate fit points=FILE.csv [out=DIR]
@@ -10,182 +10,41 @@ why), and writes DIR/fit.json, fit.md, predictions.csv and PNG plots (default DI
 with experiment=NAME the same files go to a run tagged ablate.kind=fit in that experiment. Exits 1
 when approach 3 did not converge (the files say so, with no numbers as results), 2 when no law at all
 can be fitted to the points. The methods are in ablate/scaling/, the MLflow side in scaling/runs.py,
-the files in scaling/export.py.
+the files in scaling/export.py, the schema in config/fit.py.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ablate.cli.common import fail, hydra_main
-from ablate.config import ConfigError, build, require_at_most
-from ablate.files import check_writable_dir, output_dir
+from ablate.config import ConfigError, FitConfig, FitSourceConfig, parse_fit
+from ablate.files import check_writable_dir
 
 if TYPE_CHECKING:
     from ablate.scaling.points import Points, RunCurve
-
-
-# Each bootstrap resample is a whole fit: beyond this the fit outlasts any use of its interval.
-MAX_BOOT = 100_000
-# Beyond 1e40 (FLOPs, parameters or tokens) the law's terms underflow against E and no prediction means anything.
-MAX_TARGET = 1e40
-
-
-@dataclass
-class TargetConfig:
-    """Where to extrapolate: N and D, or C alone (the compute-optimal allocation), or C with N or D."""
-
-    N: float | None = None
-    D: float | None = None
-    C: float | None = None
-
-    def validate(self) -> None:
-        given = self.as_kwargs()
-        for key, value in given.items():
-            if value <= 0:
-                raise ConfigError(f"target.{key}={value:g} must be positive (valid: > 0)")
-            require_at_most(f"target.{key}", value, MAX_TARGET, "(parameters, tokens or FLOPs)")
-        if given and not (set(given) == {"N", "D"} or ("C" in given and len(given) <= 2)):
-            shown = " ".join(f"target.{k}={v:g}" for k, v in given.items())
-            raise ConfigError(
-                f"{shown} is not a target (valid: target.N and target.D, or target.C alone, "
-                "or target.C with target.N or target.D)"
-            )
-
-    def as_kwargs(self) -> dict:
-        return {k: v for k, v in (("N", self.N), ("D", self.D), ("C", self.C)) if v is not None}
-
-
-@dataclass
-class FitTrackingConfig:
-    uri: str = "sqlite:///mlflow.db"
-
-
-# Wider than this an iso-FLOP window or tolerance spans every budget a design could hold.
-MAX_DECADES = 10.0
-
-
-@dataclass
-class Approach2Config:
-    """When runs form an iso-FLOP design, and where each budget's parabola is fitted (scaling/approach2.py)."""
-
-    budget_tol_decades: float = 0.02
-    window_decades: float = 0.5
-
-    def validate(self) -> None:
-        for key in ("budget_tol_decades", "window_decades"):
-            if not getattr(self, key) > 0:
-                raise ConfigError(f"approach2.{key}={getattr(self, key)} must be positive (valid: > 0 decades)")
-            require_at_most(f"approach2.{key}", getattr(self, key), MAX_DECADES, "decades")
-
-
-def check_source(experiment: str | None, points: str | None, columns: str) -> None:
-    """Exactly one source of points: an MLflow experiment or a CSV file with `columns`."""
-    if (experiment is None) == (points is None):
-        given = "both" if experiment else "neither"
-        raise ConfigError(
-            f"experiment and points: {given} given (valid: experiment=NAME, an MLflow experiment, "
-            f"or points=FILE.csv with columns {columns})"
-        )
-
-
-@dataclass
-class FitSourceConfig:
-    """What `ablate fit` and `ablate backtest` share: where the points come from, and how approach 3 is
-    fitted (the data's floor, N as total or non-embedding parameters, alpha tied to beta, the noise)."""
-
-    experiment: str | None = None
-    points: str | None = None
-    out: str | None = None
-    n_boot: int = 1000
-    seed: int = 0
-    entropy_floor: float | None = None
-    params: str = "total"
-    tie_exponents: bool = False
-    noise: float | None = None
-    tracking: FitTrackingConfig = field(default_factory=FitTrackingConfig)
-
-    def validate(self) -> None:
-        from ablate.scaling.points import PARAM_KINDS
-
-        check_source(self.experiment, self.points, "params,tokens,loss[,flops]")
-        for key in ("n_boot", "seed"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"{key}={getattr(self, key)} is negative (valid: >= 0)")
-        require_at_most("n_boot", self.n_boot, MAX_BOOT, "resamples")
-        if self.entropy_floor is not None and self.entropy_floor <= 0:
-            raise ConfigError(f"entropy_floor={self.entropy_floor:g} must be positive (valid: > 0, in nats per token)")
-        if self.params not in PARAM_KINDS:
-            raise ConfigError(f"params={self.params} is not a parameter count (valid: {', '.join(PARAM_KINDS)})")
-        if self.noise is not None and not 0 < self.noise < 1:
-            raise ConfigError(
-                f"noise={self.noise:g} is not a run-to-run spread (valid: 0 < noise < 1, the sd of log loss)"
-            )
-
-    def options(self):
-        """The fit's FitOptions (scaling/predict.py) from this config."""
-        from ablate.scaling.predict import FitOptions
-
-        return FitOptions(
-            floor=self.entropy_floor,
-            tie_exponents=self.tie_exponents,
-            params=self.params,
-            n_boot=self.n_boot,
-            seed=self.seed,
-            noise=self.noise,
-        )
-
-    @property
-    def name(self) -> str:
-        return self.experiment or Path(self.points).stem
-
-    @property
-    def out_dir(self) -> Path:
-        """out=, else exports/NAME, with NAME (an experiment's name, a file's stem) made one safe
-        path component: an experiment called '../x' does not write outside exports/."""
-        return output_dir(self.out, "exports", self.name)
+    from ablate.scaling.predict import FitOptions
 
 
 SUMMARY = "Fit scaling laws to an experiment's finished runs (experiment=NAME) or to a CSV of points (points=FILE)."
 EXAMPLE = "ablate fit points=tests/fixtures/chinchilla.csv target.C=1e21"
 
 
-@dataclass
-class FitConfig(FitSourceConfig):
-    held_out: int = 1
-    target: TargetConfig = field(default_factory=TargetConfig)
-    approach2: Approach2Config = field(default_factory=Approach2Config)
+def fit_options(cfg: FitSourceConfig) -> FitOptions:
+    """How approach 3 is fitted (scaling/predict.py's FitOptions), from the fit's or the backtest's config."""
+    from ablate.scaling.predict import FitOptions
 
-    def validate(self) -> None:
-        super().validate()
-        if self.held_out < 0:
-            raise ConfigError(f"held_out={self.held_out} is negative (valid: >= 0)")
-        self.target.validate()
-        self.approach2.validate()
-
-
-NESTED = {"target": TargetConfig, "tracking": FitTrackingConfig, "approach2": Approach2Config}
-
-
-def parse_config(cls, tree: dict):
-    """A validated `cls` (FitConfig, or the backtest's) from the composed tree (a plain dict)."""
-    tree = {k: v for k, v in tree.items() if k != "hydra"}
-    nested = {k: c for k, c in NESTED.items() if k in {f.name for f in fields(cls)}}
-    cfg = replace(
-        build(cls, {k: v for k, v in tree.items() if k not in nested}, ""),
-        **{k: build(c, tree.get(k), k) for k, c in nested.items()},
+    return FitOptions(
+        floor=cfg.entropy_floor,
+        tie_exponents=cfg.tie_exponents,
+        params=cfg.params,
+        n_boot=cfg.n_boot,
+        seed=cfg.seed,
+        noise=cfg.noise,
     )
-    cfg.validate()
-    return cfg
-
-
-def parse_fit(tree: dict) -> FitConfig:
-    """A validated FitConfig from the composed conf/fit.yaml tree (a plain dict)."""
-    return parse_config(FitConfig, tree)
 
 
 @dataclass(frozen=True)
@@ -276,7 +135,7 @@ def task(cfg) -> dict:
             inputs.points,
             curves=inputs.curves,
             targets=[target] if target else [],
-            options=fc.options(),
+            options=fit_options(fc),
             held_out_k=fc.held_out,
             single=single,
             budget_tol_decades=fc.approach2.budget_tol_decades,

@@ -11,10 +11,9 @@ plans/<model>-<hardware>/). The work is in plan/.
 from __future__ import annotations
 
 from ablate.cli.common import fail, hydra_main
-from ablate.config import ConfigError
+from ablate.config import ConfigError, parse_plan
 from ablate.files import check_writable_dir
 from ablate.plan import render
-from ablate.plan.config import parse_plan
 from ablate.plan.hardware import planning_hardware
 from ablate.plan.make import make_plan
 from ablate.plan.mfu import choose_mfu

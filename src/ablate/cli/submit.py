@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from ablate.cli.common import fail, precheck
-from ablate.config import CONF_DIR, ConfigError
+from ablate.config import CONF_MODULE, ConfigError
 from ablate.files import check_writable_dir, write_json
 from ablate.sweep.launch.slurm import parse_settings
 
@@ -33,7 +33,7 @@ def compose(overrides: list[str]):
     """The config of the sweep's first job (sweep overrides at their first value): enough for
     the launcher settings and the sweep dir, which every job shares."""
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -44,7 +44,7 @@ def compose(overrides: list[str]):
     ]
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        with initialize_config_module(config_module=CONF_MODULE, version_base="1.3"):
             return hydra_compose(config_name="config", overrides=first, return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()

@@ -96,21 +96,12 @@ SAY_S = 10.0
 
 
 def _synthetic(cfg: SyntheticDataConfig, fingerprint: str) -> TokenData:
-    from ablate.data.synthetic import BYTES_PER_TOKEN, SyntheticLanguage, SyntheticSpec, cost_seconds
+    from ablate.data.synthetic import BYTES_PER_TOKEN, SyntheticLanguage, cost_seconds
 
-    spec = SyntheticSpec(
-        n_words=cfg.n_words,
-        successors=cfg.successors,
-        zipf_unigram=cfg.zipf_unigram,
-        zipf_successor=cfg.zipf_successor,
-        min_len=cfg.min_len,
-        max_len=cfg.max_len,
-        seed=cfg.seed,
-    )
     tokens = cfg.train_tokens + cfg.val_tokens
-    seconds = cost_seconds(spec, tokens)
+    seconds = cost_seconds(cfg, tokens)
     if seconds > MAX_GENERATE_S:
-        worst = "the lexicon (data.n_words)" if cost_seconds(spec, 0) > seconds / 2 else "the tokens"
+        worst = "the lexicon (data.n_words)" if cost_seconds(cfg, 0) > seconds / 2 else "the tokens"
         raise ConfigError(
             f"data.n_words={cfg.n_words}, data.successors={cfg.successors} and {tokens:,} tokens would take "
             f"about {seconds / 60:.0f} min of CPU to generate, mostly for {worst} "
@@ -126,7 +117,7 @@ def _synthetic(cfg: SyntheticDataConfig, fingerprint: str) -> TokenData:
         )
     if seconds > SAY_S:
         print(f"data: generating the synthetic language and {tokens:,} tokens (about {seconds:.0f} s)", file=sys.stderr)
-    lang = SyntheticLanguage(spec)
+    lang = SyntheticLanguage(cfg)
     return TokenData(
         name="synthetic",
         train=lang.generate(cfg.train_tokens, seed=2 * cfg.seed),

@@ -3,7 +3,7 @@
 A scaling-law fit L(N, D) = E + A/N^a + B/D^b has an irreducible term E. On real text nobody knows it;
 on this source it is `SyntheticLanguage.entropy_rate`, so a fitted E can be checked against the truth.
 
-The source, all of it fixed by `SyntheticSpec` (seed included):
+The source, all of it fixed by the language keys of `SyntheticDataConfig` (config/data.py, seed included):
   * a lexicon of W distinct lowercase words, lengths min_len..max_len, ranked 0..W-1 with Zipf weights
     p_i proportional to (i+1)^-zipf_unigram (Zipf-distributed "pieces of knowledge": frequent words are
     learned first, rare ones need more capacity and data);
@@ -17,12 +17,13 @@ Entropy rate in nats per token: H = H(q) / E_pi[len(w) + 1], pi the stationary d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-__all__ = ["SPACE", "VOCAB_SIZE", "SyntheticLanguage", "SyntheticSpec", "cost_seconds"]
+from ablate.config import SyntheticDataConfig
+
+__all__ = ["SPACE", "VOCAB_SIZE", "SyntheticLanguage", "cost_seconds"]
 
 SPACE = 26
 VOCAB_SIZE = 27
@@ -36,32 +37,6 @@ _ASCII_TO_ID[_ID_TO_ASCII] = np.arange(VOCAB_SIZE, dtype=np.uint8)
 _CHUNK_WORDS = 1 << 16
 
 
-@dataclass(frozen=True)
-class SyntheticSpec:
-    n_words: int = 4000
-    successors: int = 64
-    zipf_unigram: float = 1.1
-    # 1.0 gives H(q) = 3.371 nats for K = 64 (log 64 = 4.159): peaked enough to be learnable, broad enough
-    # that the floor is far from zero.
-    zipf_successor: float = 1.0
-    min_len: int = 2
-    max_len: int = 9
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_len <= self.max_len:
-            raise ValueError(f"need 1 <= min_len <= max_len, got {self.min_len}, {self.max_len}")
-        capacity = sum(26**n for n in range(self.min_len, self.max_len + 1))
-        if not 2 <= self.n_words <= capacity:
-            raise ValueError(f"n_words must be in [2, {capacity}] for these lengths, got {self.n_words}")
-        if not 2 <= self.successors <= self.n_words:
-            raise ValueError(f"successors must be in [2, n_words], got {self.successors}")
-        if self.zipf_unigram < 0 or self.zipf_successor < 0:
-            raise ValueError("Zipf exponents must be >= 0")
-        if self.seed < 0:
-            raise ValueError("seed must be >= 0")
-
-
 # CPU seconds per unit of work, measured on this project's 2-core AMD EPYC machines (2026-11) and
 # rounded up: the (W, W) exponential race of _draw_successors per element, one power-iteration pass
 # per edge (W K; a few hundred passes), and `generate` per token (the walk is a Python loop per word).
@@ -72,7 +47,7 @@ SECONDS_PER_TOKEN = 1e-7
 BYTES_PER_TOKEN = 11
 
 
-def cost_seconds(spec: SyntheticSpec, tokens: int) -> float:
+def cost_seconds(spec: SyntheticDataConfig, tokens: int) -> float:
     """About how many CPU seconds building the language and generating `tokens` takes (see above)."""
     w, k = spec.n_words, spec.successors
     return SECONDS_PER_RACE_CELL * w * w + SECONDS_PER_EDGE * w * k + SECONDS_PER_TOKEN * tokens
@@ -85,10 +60,12 @@ def _zipf(n: int, exponent: float) -> np.ndarray:
 
 
 class SyntheticLanguage:
-    """The source defined by a `SyntheticSpec`: lexicon, word chain, exact entropy rate, and a sampler."""
+    """The source a `SyntheticDataConfig` defines: lexicon, word chain, exact entropy rate, and a sampler.
+    Its train_tokens and val_tokens are how much of it a run draws, not part of the language."""
 
-    def __init__(self, spec: SyntheticSpec | None = None) -> None:
-        self.spec = spec if spec is not None else SyntheticSpec()
+    def __init__(self, spec: SyntheticDataConfig | None = None) -> None:
+        self.spec = spec if spec is not None else SyntheticDataConfig()
+        self.spec.validate()
         s = self.spec
         # Construction and generation draw from disjoint seed-sequence streams ([0, seed] vs [1, seed, s']).
         rng = np.random.default_rng([0, s.seed])

@@ -26,10 +26,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ablate.config import ConfigError, ModelConfig, PrecisionConfig
+from ablate.config import BudgetConfig, ConfigError, ModelConfig, PlanConfig, PlanInputs, PrecisionConfig
 from ablate.model import accounting
 from ablate.perf import decode
-from ablate.plan.config import BudgetConfig, PlanConfig, PlanInputs
 from ablate.plan.hardware import PlanHardware
 from ablate.plan.loss import Alternative, LossPrediction, Purchase, compute_optimal, predict_loss, what_it_buys
 from ablate.plan.memory import MemoryPlan, plan_memory

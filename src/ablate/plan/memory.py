@@ -7,9 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ablate.config import ModelConfig, PrecisionConfig
+from ablate.config import ModelConfig, PlanConfig, PrecisionConfig
 from ablate.perf import memory
-from ablate.plan.config import PlanConfig
 from ablate.plan.hardware import PlanHardware
 
 

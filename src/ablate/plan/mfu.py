@@ -8,8 +8,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from ablate.config import PlanConfig
 from ablate.model.accounting import recorded_mfu
-from ablate.plan.config import PlanConfig
 from ablate.tracking.store import check_store
 
 

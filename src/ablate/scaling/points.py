@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.config import ConfigError
+from ablate.config import PARAM_KINDS, ConfigError
 
 FLOPS_PER_PARAM_TOKEN = 6.0  # C = 6 N D (Kaplan et al. 2020, sec. 2.1)
 
@@ -32,7 +32,6 @@ CSV_OPTIONAL = ("flops", "params_non_embedding", "train_s", "entropy_floor", "ru
 # a seed column: `seed`, or `train.seed` as a sweep over the training seed writes it (one column per swept key)
 SEED_COLUMNS = ("seed", "train.seed")
 CSV_NUMERIC = ("params", "tokens", "loss", "flops", "params_non_embedding", "train_s")
-PARAM_KINDS = ("total", "non_embedding")  # which parameter count is N: Chinchilla's or Kaplan's
 CHINCHILLA_COLUMNS = ("Model Size", "Training FLOP", "loss")
 
 

@@ -22,9 +22,9 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from ablate.config import SearchConfig
 from ablate.provenance import code_version
 from ablate.search import report as search_report
-from ablate.search.config import SearchConfig
 from ablate.search.space import search_space, trial_overrides
 from ablate.search.storage import (
     DRIVER_ATTR,

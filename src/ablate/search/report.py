@@ -14,8 +14,8 @@ import math
 import warnings
 from pathlib import Path
 
+from ablate.config import SearchConfig
 from ablate.files import figure_bytes, inside, write_files
-from ablate.search.config import SearchConfig
 from ablate.search.space import trial_overrides
 from ablate.search.storage import REASON_ATTR, RETRY_ATTR, REUSED_ATTR, RUN_ATTR, STEPS_ATTR
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ablate.config import ConfigError
+from ablate.config import ConfigError, SearchConfig, flatten_params, parse_search
 from ablate.files import check_writable_dir
-from ablate.search.config import SearchConfig, flatten_params, parse_search
 from ablate.search.storage import make_pruner, make_sampler
 
 

@@ -8,8 +8,8 @@ import socket
 import time
 from pathlib import Path
 
+from ablate.config import SearchConfig
 from ablate.host import process_alive
-from ablate.search.config import SearchConfig
 
 # Trial user attributes written by the driver.
 RUN_ATTR, STEPS_ATTR, REASON_ATTR, RETRY_ATTR, DRIVER_ATTR, REUSED_ATTR = (

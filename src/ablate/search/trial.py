@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ablate.config import SearchConfig
 from ablate.files import read_json_object, write_json
-from ablate.search.config import SearchConfig
 from ablate.search.storage import make_pruner, open_storage
 
 TRIALS_FILE = "optuna.json"

@@ -45,7 +45,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ablate.config import CONF_DIR, ConfigError
+from ablate.config import ConfigError
 from ablate.files import within, write_text
 from ablate.sweep.context import LAUNCHES_FILE, read_sweep_file
 from ablate.sweep.cost import cost_table, export_cost
@@ -58,7 +58,17 @@ STATE_SUBDIR = ".state"  # checkpoints (not kept in git)
 TARGET_SUBDIR = "target"  # the predicted run's run dir
 PREDICTION_FILE = "prediction.json"
 ANALYSES = {"fit": "fit.md", "compare": "multiplier.md", "cost": "cost.md"}  # kind -> the file the README shows
-ROOT = CONF_DIR.parent  # the study command runs from the checkout's root
+EXPERIMENTS = "experiments"  # the folder a project keeps its studies in
+
+
+def project_root(study_dir: Path) -> Path:
+    """The folder a study's commands run from and its recorded paths are relative to: the one that
+    holds the experiments/ folder the study sits in (the checkout, for the studies recorded here),
+    so the same command works from any clone; the current folder for a study kept elsewhere."""
+    for parent in study_dir.resolve().parents:
+        if parent.name == EXPERIMENTS:
+            return parent.parent
+    return Path.cwd()
 
 
 def command(study_dir: Path, overrides: list[str]) -> list[str]:
@@ -152,7 +162,7 @@ def run_analyses(study_dir: Path, study: dict) -> int:
             continue
         args = [a["kind"], *_analysis_inputs(study_dir, a, out), *[str(x) for x in a.get("args") or []], f"out={out}"]
         print("+ python -m ablate " + " ".join(shlex.quote(x) for x in args), file=sys.stderr)
-        done = subprocess.run([sys.executable, "-m", "ablate", *args], cwd=ROOT).returncode
+        done = subprocess.run([sys.executable, "-m", "ablate", *args], cwd=project_root(study_dir)).returncode
         code = code or done
     return code
 
@@ -193,7 +203,7 @@ def _merge_points(files: dict[str, Path], column: str, out: Path) -> Path:
 def run_study(study_dir: Path, study: dict, extra: list[str]) -> int:
     args = command(study_dir, list(study["overrides"]) + extra)
     print("+ python -m ablate " + " ".join(shlex.quote(a) for a in args), file=sys.stderr)
-    return subprocess.run([sys.executable, "-m", "ablate", *args], cwd=ROOT).returncode
+    return subprocess.run([sys.executable, "-m", "ablate", *args], cwd=project_root(study_dir)).returncode
 
 
 def run_target(study_dir: Path, study: dict) -> int:
@@ -209,7 +219,7 @@ def run_target(study_dir: Path, study: dict) -> int:
     steps += [args, ["predict", "--outcome", str(study_dir / TARGET_SUBDIR), f"out={out}"]]
     for step in steps:
         print("+ python -m ablate " + " ".join(shlex.quote(x) for x in step), file=sys.stderr)
-        code = subprocess.run([sys.executable, "-m", "ablate", *step], cwd=ROOT).returncode
+        code = subprocess.run([sys.executable, "-m", "ablate", *step], cwd=project_root(study_dir)).returncode
         if code:
             return code
     return 0
@@ -386,6 +396,6 @@ def _launch_row(launch: dict) -> str:
 
 def _relative(study_dir: Path) -> str:
     try:
-        return str(study_dir.resolve().relative_to(ROOT))
+        return str(study_dir.resolve().relative_to(project_root(study_dir)))
     except ValueError:
         return str(study_dir.resolve())

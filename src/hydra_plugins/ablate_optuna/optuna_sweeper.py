@@ -29,8 +29,7 @@ class OptunaSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         from ablate.cli.common import fail, resolved_task
-        from ablate.config import ConfigError
-        from ablate.search.config import parse_search
+        from ablate.config import ConfigError, parse_search
         from ablate.search.driver import run_study
         from ablate.search.space import check_sweeper
         from ablate.sweep.callback import sweep_callback

@@ -1,4 +1,4 @@
-"""The sweeper's slice of the config (conf/hydra/sweeper/optuna.yaml), checked before any study exists.
+"""The schema of a search (`hydra/sweeper=optuna`, conf/hydra/sweeper/optuna.yaml), checked before any study exists.
 
 One study per study_name + storage. Storage: Optuna's journal file (JournalStorage over
 JournalFileBackend, whose lock works on a shared filesystem) at STUDY_DIR/journal.log unless
@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ablate.config import ConfigError, build, require_at_most
+from ablate.config.schema import build, require_at_most
+from ablate.errors import ConfigError
 from ablate.files import safe_name
 
 # Each trial is a training run and every batch a launch: beyond these a study never ends, and a

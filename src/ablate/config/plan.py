@@ -1,22 +1,15 @@
-"""The planner's slices of conf/plan.yaml: the budget, the data the user has, the cluster and how
-to use it. `parse_plan` turns the composed tree into them, with the model, precision and hardware
-slices of the training schema (ablate/config.py)."""
+"""The schema of `ablate plan` (conf/plan.yaml): the budget, the data the user has, the cluster and
+how to use it. `parse_plan` turns the composed tree into them, with the model, precision and
+hardware slices of the training schema (config/run.py)."""
 
 from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, field, replace
 
-from ablate.config import (
-    ConfigError,
-    HardwareConfig,
-    ModelConfig,
-    PrecisionConfig,
-    build,
-    coerce,
-    require_at_most,
-    require_positive,
-)
+from ablate.config.run import HardwareConfig, ModelConfig, PrecisionConfig
+from ablate.config.schema import build, coerce, require_at_most, require_positive
+from ablate.errors import ConfigError
 from ablate.files import inside
 
 COMPUTE_BUDGETS = ("flops", "hours", "dollars")

@@ -1,36 +1,25 @@
-"""Typed schema of every config slice, and the one place where user input is checked.
-
-Hydra composes YAML from conf/; `parse_run` turns the composed tree into these dataclasses.
-Each component receives only its own slice (a `ModelConfig`, never the whole tree).
-Bad input raises `ConfigError` whose message is one line: key, bad value, what is valid.
+"""The schema of one training run (`ablate`, ablate/conf/config.yaml): a slice per component, and
+`parse_run`, which turns the composed tree into a RunConfig. Each component receives only its own
+slice (a `ModelConfig`, never the whole tree).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import os
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal
 
-# conf/ sits at the repository root next to src/ (the package is installed in editable mode).
-CONF_DIR = Path(os.environ.get("ABLATE_CONF", Path(__file__).resolve().parents[2] / "conf"))
+from ablate.config.data import DataConfig, parse_data
+from ablate.config.presets import CONF_DIR
+from ablate.config.schema import (
+    build,
+    coerce,
+    reject_unknown,
+    require_at_most,
+    require_fraction,
+    require_positive,
+)
+from ablate.errors import ConfigError
 
-
-class ConfigError(ValueError):
-    """A user-facing configuration error; its message is a single line."""
-
-
-class UnsupportedError(ConfigError):
-    """A valid config that this machine cannot run (e.g. fp8 without an sm_89+ GPU)."""
-
-
-# The largest integer a float holds exactly (2^53): a count beyond it (train.eval_batches=1e30) is no
-# count a loop finishes or a float formula keeps, so every integer key stops there.
-MAX_INT = 2**53
 # An evaluation is this many forward passes, run again every eval_interval steps: beyond it one
 # evaluation outlasts a training run on this project's machines.
 MAX_EVAL_BATCHES = 10_000
@@ -79,115 +68,6 @@ class ModelConfig:
         require_positive("model.init_std", self.init_std)
         if self.mup_base_width is not None:
             require_positive("model.mup_base_width", self.mup_base_width)
-
-
-@dataclass
-class SyntheticDataConfig:
-    kind: Literal["synthetic"] = "synthetic"
-    n_words: int = 4000
-    successors: int = 64
-    zipf_unigram: float = 1.1
-    zipf_successor: float = 1.0
-    min_len: int = 2
-    max_len: int = 9
-    seed: int = 0
-    # Tokens generated once per run for the training and validation streams.
-    train_tokens: int = 4_000_000
-    val_tokens: int = 200_000
-
-    # Longer words add nothing a block of context could use, and the lexicon draw's memory grows with them.
-    MAX_WORD_LEN = 64
-    # q_r ~ (r+1)^-s: beyond this the rarest ranks' probabilities underflow (no entropy to compute).
-    MAX_ZIPF = 10.0
-
-    def validate(self) -> None:
-        for key in ("n_words", "successors", "min_len", "max_len", "train_tokens", "val_tokens"):
-            require_positive(f"data.{key}", getattr(self, key))
-        if self.max_len > self.MAX_WORD_LEN:
-            raise ConfigError(f"data.max_len={self.max_len} is too long (valid: 1..{self.MAX_WORD_LEN} letters)")
-        if self.min_len > self.max_len:
-            raise ConfigError(f"data.min_len={self.min_len} > data.max_len={self.max_len} (valid: min_len <= max_len)")
-        capacity = sum(26**n for n in range(self.min_len, self.max_len + 1))
-        if not 2 <= self.n_words <= capacity:
-            raise ConfigError(
-                f"data.n_words={self.n_words} is not a lexicon of distinct words {self.min_len}..{self.max_len} "
-                f"letters long (valid: 2..{capacity:,})"
-            )
-        if not 2 <= self.successors <= self.n_words:
-            raise ConfigError(f"data.successors={self.successors} is out of range (valid: 2..{self.n_words})")
-        for key in ("zipf_unigram", "zipf_successor"):
-            if not 0.0 <= getattr(self, key) <= self.MAX_ZIPF:
-                raise ConfigError(f"data.{key}={getattr(self, key)} is out of range (valid: 0..{self.MAX_ZIPF:g})")
-        if self.seed < 0:
-            raise ConfigError(f"data.seed={self.seed} is negative (valid: >= 0)")
-
-
-@dataclass
-class TextDataConfig:
-    kind: Literal["text"] = "text"
-    name: str = "text"  # what runs record as the data's name (a preset's own, e.g. debian_docs)
-    # Files or folders; folders are searched with `glob`. "stdlib" means the Python standard
-    # library's own source, a real corpus present on every machine that runs this project.
-    paths: list = field(default_factory=lambda: ["stdlib"])
-    glob: str = "**/*.py"
-    max_bytes: int = 20_000_000
-    val_fraction: float = 0.05
-    # bytes: one token per byte (vocab 256). bpe: a byte-level BPE tokenizer of vocab_size entries
-    # trained on the train split (data/tokenizer.py), its token files cached under cache_dir.
-    tokenizer: Literal["bytes", "bpe"] = "bytes"
-    vocab_size: int | None = None  # bpe only; null: 4096
-    cache_dir: str = ".ablate/data"
-
-    def validate(self) -> None:
-        if not self.paths:
-            raise ConfigError("data.paths=[] is empty (valid: a list of files or folders, or [stdlib])")
-        for entry in self.paths:
-            if not isinstance(entry, str) or not entry.strip():
-                raise ConfigError(f"data.paths has {entry!r} (valid: file or folder paths, or stdlib)")
-        if not self.glob or self.glob.startswith(("/", "~")):
-            raise ConfigError(
-                f"data.glob={self.glob!r} is invalid (valid: a pattern relative to each folder, e.g. '**/*.txt')"
-            )
-        require_positive("data.max_bytes", self.max_bytes)
-        if not self.cache_dir.strip():
-            raise ConfigError("data.cache_dir='' is empty (valid: a folder for prepared token files)")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise ConfigError(f"data.val_fraction={self.val_fraction} is invalid (valid: 0 < val_fraction < 1)")
-        if self.vocab_size is not None:
-            if self.tokenizer == "bytes" and self.vocab_size != 256:
-                raise ConfigError(
-                    f"data.vocab_size={self.vocab_size} with data.tokenizer=bytes "
-                    "(valid: data.tokenizer=bpe to choose a vocabulary; bytes have 256)"
-                )
-            if not 257 <= self.vocab_size <= 65536 and self.tokenizer == "bpe":
-                raise ConfigError(f"data.vocab_size={self.vocab_size} is out of range (valid: 257 to 65536)")
-
-
-@dataclass
-class TokenDataConfig:
-    kind: Literal["tokens"] = "tokens"
-    # A folder written by `ablate prepare` (train.bin, val.bin, meta.json: vocabulary and bytes per
-    # token come from it), or uint16 token ids written by your own tokenizer (numpy .tofile / memmap).
-    dir: str = ""
-    train_bin: str = ""
-    val_bin: str = ""
-    vocab_size: int | None = None  # null: from dir's meta.json, else 50257 (GPT-2's)
-
-    def validate(self) -> None:
-        if not self.dir and (not self.train_bin or not self.val_bin):
-            raise ConfigError(
-                "data.dir or data.train_bin and data.val_bin must name token files "
-                "(valid: a folder from `ablate prepare`, or paths to existing uint16 .bin files)"
-            )
-        if self.vocab_size is not None:
-            if self.vocab_size < 2:
-                raise ConfigError(f"data.vocab_size={self.vocab_size} is too small (valid: 2..65536, or null)")
-            if self.vocab_size > 65536 and not self.dir:
-                raise ConfigError(f"data.vocab_size={self.vocab_size} does not fit uint16 (valid: <= 65536)")
-
-
-DataConfig = SyntheticDataConfig | TextDataConfig | TokenDataConfig
-DATA_KINDS = {"synthetic": SyntheticDataConfig, "text": TextDataConfig, "tokens": TokenDataConfig}
 
 
 @dataclass
@@ -432,11 +312,11 @@ def parse_run(tree: dict) -> RunConfig:
     tree.pop("hydra", None)
     tree.pop("sweep", None)
     known = set(SECTIONS) | {"data", "state_dir", "skip_unsupported"}
-    _reject_unknown("", tree, known)
+    reject_unknown("", tree, known)
     missing = [k for k in (*SECTIONS, "data") if k not in tree]
     if missing:
         raise ConfigError(
-            f"config is missing section(s) {', '.join(missing)} (valid: a full tree from conf/config.yaml)"
+            f"config is missing section(s) {', '.join(missing)} (valid: a full tree from ablate/conf/config.yaml)"
         )
     parts = {name: build(cls, tree[name], name) for name, cls in SECTIONS.items()}
     parts["data"] = parse_data(tree["data"])
@@ -459,107 +339,3 @@ def parse_run(tree: dict) -> RunConfig:
 def budget(train: TrainConfig) -> tuple[str, Any]:
     """(key, value) of the run's one budget: steps, tokens or flops."""
     return next((k, getattr(train, k)) for k in ("steps", "tokens", "flops") if getattr(train, k) is not None)
-
-
-def parse_data(tree: dict) -> DataConfig:
-    kind = (tree or {}).get("kind")
-    if kind not in DATA_KINDS:
-        raise ConfigError(f"data.kind={kind!r} is unknown (valid: {', '.join(DATA_KINDS)})")
-    return build(DATA_KINDS[kind], tree, "data")
-
-
-def build(cls: type, tree: Any, prefix: str) -> Any:
-    """Instantiate dataclass `cls` from a mapping, checking keys and coercing scalar types."""
-    if tree is None:
-        tree = {}
-    if not isinstance(tree, dict):
-        raise ConfigError(f"{prefix}={tree!r} is not a mapping (valid: a config group such as {prefix}=<name>)")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    _reject_unknown(prefix, tree, names)
-    values = {k: coerce(f"{prefix}.{k}" if prefix else k, v, hints[k]) for k, v in tree.items()}
-    return cls(**values)
-
-
-def _reject_unknown(prefix: str, tree: dict, valid) -> None:
-    for key in tree:
-        if key not in valid:
-            where = f"{prefix}.{key}" if prefix else key
-            raise ConfigError(f"unknown key {where} (valid: {', '.join(sorted(valid))})")
-
-
-def coerce(key: str, value: Any, hint: Any) -> Any:
-    origin = get_origin(hint)
-    if origin in (Union, types.UnionType):
-        args = [a for a in get_args(hint) if a is not type(None)]
-        if value is None:
-            return None
-        if len(args) == 1:
-            return coerce(key, value, args[0])
-        # A scalar or a list of that scalar (a list of budgets): each element is checked.
-        scalars = [a for a in args if a not in (list, dict) and get_origin(a) not in (list, dict)]
-        if len(scalars) == 1 and list in args and isinstance(value, list):
-            return [coerce(f"{key}[{i}]", v, scalars[0]) for i, v in enumerate(value)]
-        if len(scalars) == 1 and not isinstance(value, (list, dict)):
-            return coerce(key, value, scalars[0])
-        return value
-    if origin is Literal:
-        choices = get_args(hint)
-        if value not in choices:
-            raise ConfigError(f"{key}={value!r} is invalid (valid: {', '.join(map(str, choices))})")
-        return value
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}={value!r} is not a boolean (valid: true, false)")
-    if hint is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{key}={value!r} is not an integer")
-        if isinstance(value, float) and math.isfinite(value) and value == int(value):
-            value = int(value)
-        if isinstance(value, int):
-            if abs(value) > MAX_INT:
-                raise ConfigError(
-                    f"{key}={value:g} is too large (valid: a whole number within 2^53 = {MAX_INT:.3g} of 0, "
-                    "the largest a float counts exactly)"
-                )
-            return value
-        raise ConfigError(f"{key}={value!r} is not an integer (valid: a whole number such as 100 or 1e6)")
-    if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                raise ConfigError(f"{key}={value!r} is not finite (valid: a finite number)")
-            return float(value)
-        raise ConfigError(f"{key}={value!r} is not a number (valid: e.g. 3e-4)")
-    if hint is str:
-        if value is None:
-            raise ConfigError(f"{key}=null is not allowed (valid: a string)")
-        if isinstance(value, (dict, list)):
-            raise ConfigError(f"{key}={value!r} is not a string")
-        return str(value)
-    if hint in (list, dict) or origin in (list, dict):
-        expected = list if (hint is list or origin is list) else dict
-        if not isinstance(value, expected):
-            raise ConfigError(f"{key}={value!r} is not a {expected.__name__}")
-        return value
-    return value
-
-
-def require_positive(key: str, value: Any) -> None:
-    if value is None or value <= 0:
-        raise ConfigError(f"{key}={value} must be positive (valid: > 0)")
-
-
-def require_at_most(key: str, value: float, limit: float, unit: str) -> None:
-    """`value` <= `limit`, else one line naming the key and the bound."""
-    if value > limit:
-        raise ConfigError(f"{key}={value:g} is too large (valid: at most {limit:g} {unit})")
-
-
-def require_fraction(key: str, value: float) -> None:
-    if not 0.0 <= value < 1.0:
-        raise ConfigError(f"{key}={value} is invalid (valid: 0 <= value < 1)")
-
-
-def as_dict(obj: Any) -> dict:
-    return dataclasses.asdict(obj)

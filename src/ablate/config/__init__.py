@@ -1,0 +1,141 @@
+"""Every command's config schema: typed dataclasses and the parse functions that build them from a
+composed tree, and the one place where user input is checked.
+
+Hydra composes YAML from the presets (`presets`: ablate/conf, and a user's own `--config-dir`);
+a parse function turns the composed tree into these dataclasses, and each component receives only
+its own slice. Bad input raises `ConfigError`, whose message is one line: key, bad value, what is valid.
+
+    run.py      one training run: model, precision, hardware, optim, train, tracking; parse_run
+    data.py     the token sources, the synthetic language among them; parse_data
+    fit.py      ablate fit, backtest and compare; parse_fit, parse_backtest, parse_compare
+    plan.py     ablate plan; parse_plan
+    search.py   the Optuna sweeper's settings; parse_search
+    schema.py   build and coerce: a tree to a dataclass, key by key; the shared range checks
+    presets.py  where the presets live: pkg://ablate.conf (a user's own come in with --config-dir)
+
+The launchers' settings are parsed in sweep/launch/ (settings.py, slurm.py).
+"""
+
+from ablate.config.data import DATA_KINDS, DataConfig, SyntheticDataConfig, TextDataConfig, TokenDataConfig, parse_data
+from ablate.config.fit import (
+    DEFAULT_CUTS,
+    PARAM_KINDS,
+    Approach2Config,
+    BacktestConfig,
+    CompareConfig,
+    FitConfig,
+    FitSourceConfig,
+    FitTrackingConfig,
+    TargetConfig,
+    check_source,
+    parse_backtest,
+    parse_compare,
+    parse_fit,
+)
+from ablate.config.plan import (
+    COMPUTE_BUDGETS,
+    PLAN_KEYS,
+    BudgetConfig,
+    PlanConfig,
+    PlanDataConfig,
+    PlanInputs,
+    parse_plan,
+)
+from ablate.config.presets import CONF_DIR, CONF_MODULE, CONF_PATH
+from ablate.config.run import (
+    DEVICE_KINDS,
+    MAX_EVAL_BATCHES,
+    MAX_FLUSH_INTERVAL_S,
+    PRECISION_NAMES,
+    SECTIONS,
+    HardwareConfig,
+    ModelConfig,
+    OptimConfig,
+    PrecisionConfig,
+    RunConfig,
+    TrackingConfig,
+    TrainConfig,
+    budget,
+    parse_run,
+)
+from ablate.config.schema import (
+    MAX_INT,
+    as_dict,
+    build,
+    coerce,
+    reject_unknown,
+    require_at_most,
+    require_fraction,
+    require_positive,
+)
+from ablate.config.search import PRUNER_KEYS, SAMPLER_KEYS, SearchConfig, flatten_params, parse_search
+from ablate.errors import ConfigError, UnsupportedError
+
+__all__ = [
+    # errors
+    "ConfigError",
+    "UnsupportedError",
+    # one training run
+    "DEVICE_KINDS",
+    "MAX_EVAL_BATCHES",
+    "MAX_FLUSH_INTERVAL_S",
+    "PRECISION_NAMES",
+    "SECTIONS",
+    "HardwareConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "PrecisionConfig",
+    "RunConfig",
+    "TrackingConfig",
+    "TrainConfig",
+    "budget",
+    "parse_run",
+    # its data
+    "DATA_KINDS",
+    "DataConfig",
+    "SyntheticDataConfig",
+    "TextDataConfig",
+    "TokenDataConfig",
+    "parse_data",
+    # fit, backtest, compare
+    "DEFAULT_CUTS",
+    "PARAM_KINDS",
+    "Approach2Config",
+    "BacktestConfig",
+    "CompareConfig",
+    "FitConfig",
+    "FitSourceConfig",
+    "FitTrackingConfig",
+    "TargetConfig",
+    "check_source",
+    "parse_backtest",
+    "parse_compare",
+    "parse_fit",
+    # plan
+    "COMPUTE_BUDGETS",
+    "PLAN_KEYS",
+    "BudgetConfig",
+    "PlanConfig",
+    "PlanDataConfig",
+    "PlanInputs",
+    "parse_plan",
+    # search
+    "PRUNER_KEYS",
+    "SAMPLER_KEYS",
+    "SearchConfig",
+    "flatten_params",
+    "parse_search",
+    # building a dataclass from a tree
+    "MAX_INT",
+    "as_dict",
+    "build",
+    "coerce",
+    "reject_unknown",
+    "require_at_most",
+    "require_fraction",
+    "require_positive",
+    # where the presets live
+    "CONF_DIR",
+    "CONF_MODULE",
+    "CONF_PATH",
+]

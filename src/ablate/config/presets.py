@@ -1,0 +1,14 @@
+"""Where the presets live. The package's own (ablate/conf, package data) are found by Hydra as
+pkg://ablate.conf wherever the package is installed, so `ablate` works from any folder. A user's
+own presets sit in a folder of their own, laid out as the config groups (DIR/model/NAME.yaml,
+DIR/sweep/NAME.yaml, ...), and come in through Hydra's `--config-dir DIR`, which puts that folder
+after the package's in the search path: a preset of the user's adds an option to its group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONF_MODULE = "ablate.conf"
+CONF_PATH = f"pkg://{CONF_MODULE}"
+# The same files on disk, for listing a group's options and reading a preset as plain YAML.
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
