@@ -68,3 +68,21 @@ def test_without_a_writable_cache_mlflow_makes_the_store(tmp_path, monkeypatch):
     eid = ensure_experiment(f"sqlite:///{db}", "runs")
     assert MlflowClient(f"sqlite:///{db}").get_experiment(eid).name == "runs"
     assert blocker.read_text().startswith("a file")
+
+
+def test_a_run_killed_before_its_params_gets_them_when_it_resumes(tmp_path):
+    """A kill between create_run and log_params leaves a run with tags and no params; the resume logs
+    the missing ones and leaves those already there, which MLflow refuses to change."""
+    from ablate.config import TrackingConfig
+    from ablate.tracking.runstore import RunStore
+    from ablate.tracking.tracker import MLflowTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = RunStore(uri, "resume")
+    bare = store.create_run("killed early", {"ablate.config_hash": "abc"})
+    partial = store.create_run("killed midway", {"ablate.config_hash": "def"})
+    store.log_params(partial, {"train.steps": "60"})
+    for run_id in (bare, partial):
+        tracker = MLflowTracker(TrackingConfig(uri=uri, experiment="resume"))
+        tracker.start("again", {"train.steps": 60, "model.name": "nano"}, {}, resume_run_id=run_id)
+        assert MlflowClient(uri).get_run(run_id).data.params == {"train.steps": "60", "model.name": "nano"}

@@ -31,6 +31,7 @@ CALLS = (
     "create_run",
     "update_status",
     "log_params",
+    "log_missing_params",
     "log_metrics",
     "log_tags",
     "last_step",
@@ -96,6 +97,14 @@ class RunStore:
         items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()]
         for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
             self.client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+
+    def log_missing_params(self, run_id: str, params: dict) -> None:
+        """The params a resumed run lacks: a kill between create_run and log_params leaves a run with
+        none, and MLflow refuses to change a param that is there."""
+        have = self.client.get_run(run_id).data.params
+        missing = {k: v for k, v in params.items() if k not in have}
+        if missing:
+            self.log_params(run_id, missing)
 
     def log_metrics(self, run_id: str, points: list) -> None:
         """At most MAX_METRICS_PER_BATCH (key, value, step, timestamp_ms) points, in one call."""

@@ -92,6 +92,7 @@ class MLflowTracker(Tracker):
             self.store.update_status(resume_run_id, "RUNNING")
             self.last_logged_step = self.store.last_step(resume_run_id, STEP_KEY)
             self.store.log_tags(resume_run_id, {REASON_TAG: ""})
+            self.store.log_missing_params(resume_run_id, {k: str(v) for k, v in params.items()})
             return
         self.run_id = self.store.create_run(run_name, {k: str(v) for k, v in tags.items()})
         self.store.log_params(self.run_id, {k: str(v) for k, v in params.items()})
