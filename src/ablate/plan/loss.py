@@ -142,7 +142,7 @@ class Purchase:
 def what_it_buys(fit: FitLaw, prediction: LossPrediction, alternative: Alternative) -> Purchase:
     """The plan's split against the fit's compute-optimal one at the same C. C_same solves
     L_opt(C') = L_plan on the fitted law's frontier, L_opt(C') = L(N_opt(C'), D_opt(C')), which
-    falls with C' (Hoffmann et al. 2022, eq. 4), by bisection in log C' on [C / 1e6, C]."""
+    falls with C' (Hoffmann et al. 2022, eq. 4), by bisection in log C' below C."""
     C = alternative.C
     if prediction.value is None:
         return Purchase(None, None, C, None, "the loss this plan reaches is not_determined")
@@ -156,8 +156,8 @@ def what_it_buys(fit: FitLaw, prediction: LossPrediction, alternative: Alternati
         return float(law.loss(law.n_opt(c), law.d_opt(c)))
 
     target, lo, hi = prediction.value, math.log(C) - 6 * math.log(10), math.log(C)
-    if target >= optimal(math.exp(lo)):
-        return Purchase(target, alternative.loss.value, C, math.exp(lo), level=level)
+    while target >= optimal(math.exp(lo)) and lo > math.log(C) - 30 * math.log(10):
+        lo -= 6 * math.log(10)  # L_opt grows without bound as C' -> 0: the root lies further down
     if target <= optimal(C):  # the plan's split is (within rounding) the optimal one
         return Purchase(target, alternative.loss.value, C, C, level=level)
     for _ in range(80):
