@@ -182,9 +182,10 @@ def test_variants_are_chosen_by_option_and_recorded(fit, tmp_path):
     doc = json.loads((tmp_path / "exports" / "points" / "fit.json").read_text())
     a3 = doc["chinchilla_approach3"]
     assert (
-        a3["variant"] == {"params": "non_embedding", "tie_exponents": True} and doc["data"]["params"] == "non_embedding"
+        a3["variant"] == {"params": "non_embedding", "tie_exponents": True, "form": "additive"}
+        and doc["data"]["params"] == "non_embedding"
     )
-    assert a3["law"].endswith("with alpha = beta") and a3["exponents"] is not None
+    assert a3["law"].endswith(", alpha = beta") and a3["exponents"] is not None
     assert a3["params"]["alpha"]["value"] == a3["params"]["beta"]["value"]
     ladder = np.loadtxt(LADDER, delimiter=",", skiprows=1, usecols=(4,))
     assert doc["data"]["N"]["max"] == pytest.approx(ladder.max())  # the non-embedding column
@@ -257,7 +258,7 @@ def test_bad_csv_is_one_line(fit, tmp_path, case):
         ),
         (
             ["points=p.csv", "nboot=10"],
-            "unknown key nboot (valid: approach2, entropy_floor, experiment, held_out, n_boot",
+            "unknown key nboot (valid: approach2, entropy_floor, experiment, form, held_out, n_boot",
         ),
         (
             ["points=p.csv", "params=embedding"],

@@ -312,11 +312,12 @@ def test_compute_optimal_alternative_from_a_fit_by_hand(tmp_path, fit_report):
     C = 1e20
     alt = loss.compute_optimal(C, fit)
     assert not alt.from_rule and alt.verdict.usable
-    a, b = fit.alpha, fit.beta
-    G = (a * fit.A / (b * fit.B)) ** (1 / (a + b))
+    v = fit.values
+    a, b = v["alpha"], v["beta"]
+    G = (a * v["A"] / (b * v["B"])) ** (1 / (a + b))
     assert alt.N_opt == pytest.approx(G * (C / 6) ** (b / (a + b)))
     assert alt.D_opt == pytest.approx(C / (6 * alt.N_opt))
-    assert alt.loss.value == pytest.approx(fit.E + fit.A / alt.N_opt**a + fit.B / alt.D_opt**b)
+    assert alt.loss.value == pytest.approx(v["E"] + v["A"] / alt.N_opt**a + v["B"] / alt.D_opt**b)
     p = make(fit=fit)
     assert p.prediction is not None and p.alternative is not None
 

@@ -78,7 +78,7 @@ def test_fit_json_has_the_documented_structure(exported, report):
     a3 = doc[APPROACH3]
     assert a3["status"] == "converged" and a3["diagnostics"]["converged"] is True
     assert a3["verdict"] in LEVELS and isinstance(a3["reasons"], list)
-    assert a3["variant"] == {"params": "total", "tie_exponents": False}
+    assert a3["variant"] == {"params": "total", "tie_exponents": False, "form": "additive"}
     assert a3["bounds"]["E"] == [1.6, pytest.approx(float(report.points.L.min()))]
     assert tuple(a3["params"]) == PARAMS
     for name in PARAMS:

@@ -3,7 +3,7 @@ app over ablate/conf/backtest.yaml).
 
     ablate backtest points=FILE.csv [cuts=[0.25,0.375,0.5,0.625,0.75]] [n_boot=200] [out=DIR]
     ablate backtest experiment=NAME [tracking.uri=sqlite:////abs/mlflow.db]
-        [entropy_floor=...] [params=total|non_embedding] [tie_exponents=false] [noise=...]
+        [entropy_floor=...] [params=total|non_embedding] [tie_exponents=false] [form=additive|joint] [noise=...]
 
 For each cut point (a fraction of the runs' log-compute span) the whole fit -- approach 3, its
 bootstrap, its verdict and the calibration of its intervals -- sees only the runs below the cut and

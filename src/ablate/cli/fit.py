@@ -3,7 +3,8 @@
     python -m ablate fit experiment=NAME [tracking.uri=sqlite:////abs/mlflow.db] [out=DIR]
     python -m ablate fit points=FILE.csv [out=DIR]
         [n_boot=1000] [seed=0] [held_out=1] [target.N=1.5e9 target.D=3e10 | target.C=1e21] [entropy_floor=...]
-        [params=total|non_embedding] [tie_exponents=false] [noise=...] [approach2.window_decades=0.5]
+        [params=total|non_embedding] [tie_exponents=false] [form=additive|joint] [noise=...]
+        [approach2.window_decades=0.5]
 
 Prints one line per law and prediction, each with its verdict (trusted, wide or not_determined, and
 why), and writes DIR/fit.json, fit.md, predictions.csv and PNG plots (default DIR: exports/NAME/);
@@ -40,6 +41,7 @@ def fit_options(cfg: FitSourceConfig) -> FitOptions:
     return FitOptions(
         floor=cfg.entropy_floor,
         tie_exponents=cfg.tie_exponents,
+        form=cfg.form,
         params=cfg.params,
         n_boot=cfg.n_boot,
         seed=cfg.seed,
@@ -181,6 +183,7 @@ def run_params(cfg: FitConfig, inputs: FitInputs) -> dict:
         "held_out": cfg.held_out,
         "params": cfg.params,
         "tie_exponents": cfg.tie_exponents,
+        "form": cfg.form,
         "entropy_floor": inputs.entropy_floor,
         "out": str(cfg.out_dir),
         **{f"target.{k}": v for k, v in cfg.target.as_kwargs().items()},

@@ -12,6 +12,9 @@ from ablate.errors import ConfigError
 from ablate.files import output_dir
 
 PARAM_KINDS = ("total", "non_embedding")  # which parameter count is N: Chinchilla's or Kaplan's
+# approach 3's law: additive E + A/N^alpha + B/D^beta (Hoffmann et al. 2022), or joint
+# E + [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D (Kaplan et al. 2020), scaling/chinchilla.FORMS
+LAW_FORMS = ("additive", "joint")
 DEFAULT_CUTS = (0.25, 0.375, 0.5, 0.625, 0.75)  # the backtest's cuts, as fractions of the log-compute span
 # Each bootstrap resample is a whole fit: beyond this the fit outlasts any use of its interval.
 MAX_BOOT = 100_000
@@ -78,7 +81,8 @@ def check_source(experiment: str | None, points: str | None, columns: str) -> No
 @dataclass
 class FitSourceConfig:
     """What `ablate fit` and `ablate backtest` share: where the points come from, and how approach 3 is
-    fitted (the data's floor, N as total or non-embedding parameters, alpha tied to beta, the noise)."""
+    fitted (the law's form, the data's floor, N as total or non-embedding parameters, alpha tied to
+    beta, the noise)."""
 
     experiment: str | None = None
     points: str | None = None
@@ -88,6 +92,7 @@ class FitSourceConfig:
     entropy_floor: float | None = None
     params: str = "total"
     tie_exponents: bool = False
+    form: str = "additive"
     noise: float | None = None
     tracking: FitTrackingConfig = field(default_factory=FitTrackingConfig)
 
@@ -99,6 +104,13 @@ class FitSourceConfig:
         require_at_most("n_boot", self.n_boot, MAX_BOOT, "resamples")
         if self.entropy_floor is not None and self.entropy_floor <= 0:
             raise ConfigError(f"entropy_floor={self.entropy_floor:g} must be positive (valid: > 0, in nats per token)")
+        if self.form not in LAW_FORMS:
+            raise ConfigError(f"form={self.form} is not a law's form (valid: {', '.join(LAW_FORMS)})")
+        if self.form == "joint" and self.tie_exponents:
+            raise ConfigError(
+                "tie_exponents=true with form=joint: the joint form has no alpha and beta to tie "
+                "(valid: form=additive, or tie_exponents=false)"
+            )
         if self.params not in PARAM_KINDS:
             raise ConfigError(f"params={self.params} is not a parameter count (valid: {', '.join(PARAM_KINDS)})")
         if self.noise is not None and not 0 < self.noise < 1:

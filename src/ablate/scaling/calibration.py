@@ -88,9 +88,14 @@ _COARSE = np.array(
 )
 
 
-def warm_grid(E: float, A: float, B: float, alpha: float, beta: float) -> np.ndarray:
-    """Starts in Hoffmann's layout [e, a, alpha, b, beta]: the given law first, then a coarse grid."""
-    return np.vstack([[math.log(max(E, 1e-12)), math.log(A), alpha, math.log(B), beta], _COARSE])
+def warm_grid(law, floor: float = 0.0) -> np.ndarray:
+    """Starts for refits near `law` (either form, chinchilla.FORMS): the law itself (E at least the
+    floor), then a coarse grid, in the starts' layout [e, a, alpha, b, beta] (LseHuber.starts)."""
+    from ablate.scaling.joint import COARSE
+
+    start = law.start()
+    start[0] = math.log(max(law.E, floor, 1e-12))
+    return np.vstack([start, COARSE if law.FORM == "joint" else _COARSE])
 
 
 @dataclass(frozen=True)
@@ -208,7 +213,7 @@ def calibrate(
 ) -> Calibration:
     """sigma_run, kappa and reach from refits below cuts of the runs' log-C span (module docstring).
     refit(points) returns a fit with .converged, .law.loss(N, D) and .bootstrap (None, or .usable()
-    laws as rows E, A, B, alpha, beta), or raises FitInputError when the runs below a cut cannot
+    laws as rows in its law's NAMES order), or raises FitInputError when the runs below a cut cannot
     support one (that cut is kept, with the reason). `sigma` is the full fit's in-sample run scatter
     (run_sigma), the least sigma_run can be."""
     logC = np.log10(points.C)
@@ -263,10 +268,8 @@ def _bootstrap_terms(fit, N: np.ndarray, D: np.ndarray, center: np.ndarray, d: n
     samples = boot.usable() if boot is not None else np.empty((0, 5))
     if len(samples) < 2:
         return np.zeros(N.shape), 0.0
-    from ablate.scaling.frontier import loss_samples
-
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        logs = np.log(loss_samples(samples, N, D))
+        logs = np.log(type(fit.law).sample_loss(samples, N, D))
         q_lo, q_hi = np.nanpercentile(logs, [2.5, 97.5], axis=0)
         slopes = ((logs - center) @ d) / float(np.sum(d * d))
     slopes = slopes[np.isfinite(slopes)]

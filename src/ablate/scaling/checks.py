@@ -197,7 +197,7 @@ class LawFacts:
 def approach3_facts(fit: Approach3Fit) -> LawFacts:
     p, d, b = fit.points, fit.diagnostics, fit.bootstrap
     params = fit.params
-    exponents = {"alpha": params["alpha"]} if fit.tied else {"alpha": params["alpha"], "beta": params["beta"]}
+    exponents = {name: params[name] for name in fit.exponent_names}
     return LawFacts(
         d.converged,
         d.message,
@@ -209,7 +209,7 @@ def approach3_facts(fit: Approach3Fit) -> LawFacts:
         (fit.floor, fit.upper),
         fit.floor > 0,  # a positive lower bound is a known floor
         exponents,
-        4 if fit.tied else 5,
+        fit.n_params,
         0 if b is None else b.n_resamples,
         1.0 if b is None else float(b.converged.mean()),
     )

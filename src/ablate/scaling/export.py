@@ -21,7 +21,7 @@ from ablate.files import write_files
 from ablate.scaling.analysis import APPROACH3, FitReport
 from ablate.scaling.backtest import Backtest
 from ablate.scaling.bootstrap import Estimate
-from ablate.scaling.chinchilla import Approach3Fit
+from ablate.scaling.chinchilla import Approach3Fit, law_text
 from ablate.scaling.frontier import Frontier, FrontierFit
 from ablate.scaling.plots import render_plots
 from ablate.scaling.report import NOT_CONVERGED, decade_frontier, fit_markdown
@@ -29,7 +29,6 @@ from ablate.scaling.single import SingleLawFit
 from ablate.scaling.verdict import NOT_DETERMINED, Verdict
 
 SCHEMA = "ablate.fit/2"
-FRONTIER_FORMULA = "N_opt = G (C/6)^a, D_opt = (C/6) / N_opt, G = (alpha A / (beta B))^(1/(alpha+beta))"
 CSV_COLUMNS = ("C", "N_opt", "D_opt", "tokens_per_param", "loss", "lo", "hi", "N_opt_lo", "N_opt_hi", "verdict")
 PLOT_FILES = ("fit_curves.png", "frontier.png", "residuals.png", "isoflop.png")
 
@@ -93,10 +92,9 @@ def _approach3_dict(result: FitReport) -> dict:
     doc = {
         "status": status(ok),
         **verdict.to_dict(),
-        "law": "L(N, D) = E + A / N^alpha + B / D^beta" + (" with alpha = beta" if fit.tied else ""),
-        "method": f"Hoffmann et al. 2022 approach 3: Huber(delta={fit.delta:g}) on log L, "
-        f"best of {fit.diagnostics.n_starts} starts",
-        "variant": {"params": opts.params, "tie_exponents": fit.tied},
+        "law": law_text(fit.law, fit.tied),
+        "method": f"{fit.law.SOURCE}: Huber(delta={fit.delta:g}) on log L, best of {fit.diagnostics.n_starts} starts",
+        "variant": {"params": opts.params, "tie_exponents": fit.tied, "form": fit.form},
         "bounds": {
             "E": [fit.floor, fit.upper],
             "E_lower": "the data's entropy floor" if fit.floor > 0 else "0 (no floor known)",
@@ -105,7 +103,7 @@ def _approach3_dict(result: FitReport) -> dict:
         },
         "params": _estimates(fit.params) if ok else None,
         "exponents": _estimates(fit.exponents) if ok else None,
-        "frontier": {"formula": FRONTIER_FORMULA, "G": fit.law.G} if ok else None,
+        "frontier": {"formula": fit.law.FRONTIER, "G": fit.law.G} if ok else None,
         "calibration": None if result.predictor is None else result.predictor.calibration.to_dict(),
         "run_noise": result.noise.to_dict(),
         "thresholds": opts.thresholds.to_dict(),

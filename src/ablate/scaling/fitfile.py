@@ -14,7 +14,7 @@ import numpy as np
 from ablate.config import ConfigError
 from ablate.scaling.calibration import Calibration
 from ablate.scaling.checks import Thresholds
-from ablate.scaling.chinchilla import ChinchillaLaw
+from ablate.scaling.chinchilla import FORMS, Law
 from ablate.scaling.predict import Predictor
 from ablate.scaling.verdict import WIDE, Reason, Verdict
 
@@ -23,21 +23,20 @@ VALID = "valid: a fit.json written by ablate fit"
 
 @dataclass(frozen=True)
 class FitLaw:
-    """Approach 3 of an exported fit: point estimates, 95% intervals, and the predictor built from it."""
+    """Approach 3 of an exported fit, in either form (chinchilla.FORMS): point estimates, 95% intervals,
+    and the predictor built from it."""
 
     path: str
-    E: float
-    A: float
-    B: float
-    alpha: float
-    beta: float
+    values: dict  # name -> value, in the law's NAMES
     ci95: dict  # name -> (lo, hi) or None
     predictor: Predictor
 
-    NAMES = ("E", "A", "B", "alpha", "beta")
+    def law(self) -> Law:
+        return self.predictor.law
 
-    def law(self) -> ChinchillaLaw:
-        return ChinchillaLaw(self.E, self.A, self.B, self.alpha, self.beta)
+    @property
+    def form(self) -> str:
+        return self.predictor.law.FORM
 
     @property
     def params(self) -> str:
@@ -77,7 +76,11 @@ def _load_fit(path: str, where: str) -> FitLaw:
             f"{where}: chinchilla_approach3 is {a3.get('status')!r} with no parameters "
             "(valid: a fit whose approach 3 converged)"
         )
-    values, ci = _params(a3["params"], where)
+    form = (a3.get("variant") or {}).get("form") or "additive"
+    if form not in FORMS:
+        raise ConfigError(f"{where}: chinchilla_approach3.variant.form is {form!r} (valid: {', '.join(FORMS)})")
+    law_class = FORMS[form]
+    values, ci = _params(a3["params"], where, law_class)
     data = doc.get("data") or {}
     data_range = {
         k: (float(data[k]["min"]), float(data[k]["max"])) for k in ("N", "D", "C") if isinstance(data.get(k), dict)
@@ -90,7 +93,7 @@ def _load_fit(path: str, where: str) -> FitLaw:
     samples = np.asarray((a3.get("bootstrap") or {}).get("samples") or np.empty((0, 5)), float).reshape(-1, 5)
     floor = data.get("entropy_floor")
     predictor = Predictor(
-        ChinchillaLaw(*(values[k] for k in FitLaw.NAMES)),
+        law_class(*(values[k] for k in law_class.NAMES)),
         samples[np.isfinite(samples).all(1)],
         _calibration(a3, data),
         data_range,
@@ -100,25 +103,25 @@ def _load_fit(path: str, where: str) -> FitLaw:
         (a3.get("variant") or {}).get("params") or data.get("params") or "total",
         data.get("flops_per_second"),
     )
-    return FitLaw(path, ci95=ci, predictor=predictor, **values)
+    return FitLaw(path, values, ci, predictor)
 
 
-def _params(params: dict, where: str) -> tuple[dict, dict]:
+def _params(params: dict, where: str, law_class) -> tuple[dict, dict]:
     values, ci = {}, {}
-    for name in FitLaw.NAMES:
+    for name in law_class.NAMES:
         entry = params.get(name)
         if not isinstance(entry, dict) or not isinstance(entry.get("value"), (int, float)):
             raise ConfigError(
                 f"{where}: chinchilla_approach3.params.{name} is missing (valid: "
-                '{"value": v, "ci95": [lo, hi]} for each of E, A, B, alpha, beta)'
+                f'{{"value": v, "ci95": [lo, hi]}} for each of {", ".join(law_class.NAMES)})'
             )
         values[name] = float(entry["value"])
         low = 0.0 if name == "E" else np.nextafter(0.0, 1.0)
         if not (np.isfinite(values[name]) and values[name] >= low):
             bound = ">= 0" if name == "E" else "> 0"
             raise ConfigError(
-                f"{where}: chinchilla_approach3.params.{name} is {values[name]:g}, which no fit of L = E + A/N^alpha "
-                f"+ B/D^beta gives (valid: finite and {bound})"
+                f"{where}: chinchilla_approach3.params.{name} is {values[name]:g}, which no fit of "
+                f"{law_class.FORMULA} gives (valid: finite and {bound})"
             )
         interval = entry.get("ci95")
         ci[name] = tuple(float(v) for v in interval) if isinstance(interval, list) and len(interval) == 2 else None

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ablate.scaling.bootstrap import Estimate, estimate
-from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN
 
 if TYPE_CHECKING:
     from ablate.scaling.approach2 import IsoFlopBudget
@@ -86,23 +85,3 @@ class Frontier:
     @property
     def tokens_per_param(self) -> np.ndarray:
         return self.D_opt / self.N_opt
-
-
-# Vectorised over bootstrap laws: samples (R, 5) in the order E, A, B, alpha, beta. A resample of few
-# points can fit exponents so large that a law overflows far from its data; that sample's value is
-# inf, which the percentile interval takes as it is, so numpy need not warn.
-
-
-def loss_samples(samples: np.ndarray, N, D) -> np.ndarray:
-    """L(N, D) under each bootstrap law: (R, g) for N, D broadcastable to (g,) or (R, g)."""
-    E, A, B, al, be = samples.T[:, :, None] if samples.size else np.empty((5, 0, 1))
-    with np.errstate(over="ignore", invalid="ignore"):
-        return E + A / np.asarray(N, float) ** al + B / np.asarray(D, float) ** be
-
-
-def n_opt_samples(samples: np.ndarray, C) -> np.ndarray:
-    """N_opt(C) = G (C/6)^(beta/(alpha+beta)) under each bootstrap law: (R, g)."""
-    E, A, B, al, be = samples.T[:, :, None] if samples.size else np.empty((5, 0, 1))
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        G = (al * A / (be * B)) ** (1 / (al + be))
-        return G * (np.asarray(C, float) / FLOPS_PER_PARAM_TOKEN) ** (be / (al + be))

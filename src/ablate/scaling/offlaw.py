@@ -8,7 +8,7 @@ be a broken run or the law's form failing there (e.g. very short runs, few token
 and only a person who knows the runs can tell which.
 
 The refit costs a fraction of the fit: it starts from the full fit's law on calibration's coarse
-grid (calibration.warm_grid, 433 starts instead of Hoffmann's 4,500) and draws REFIT_BOOT
+grid (calibration.warm_grid, 433 starts instead of the 4,500 or 6,125 of the full grid) and draws REFIT_BOOT
 bootstrap resamples, enough for the verdict's interval checks, not for intervals to predict with.
 """
 
@@ -47,7 +47,7 @@ class WithoutRuns:
 
     def params_line(self) -> str:
         """'E 1.69, A 406, B 411, alpha 0.34, beta 0.28' (beta omitted when tied to alpha)."""
-        names = ("E", "A", "B", "alpha") if self.fit.tied else self.fit.law.NAMES
+        names = self.fit.law.NAMES[:4] if self.fit.tied else self.fit.law.NAMES
         values = dict(zip(self.fit.law.NAMES, self.fit.law.as_array(), strict=True))
         return ", ".join(f"{k} {values[k]:.4g}" for k in names)
 
@@ -99,7 +99,9 @@ def refit_without(
     keep = np.setdiff1d(np.arange(len(fit.points)), [r.index for r in drop])
     sub = fit.points.subset(keep)
     law = fit.law
-    start = warm_grid(max(law.E, fit.floor), law.A, law.B, law.alpha, law.beta)
-    refit = fit_approach3(sub, floor=fit.floor, tie_exponents=fit.tied, n_boot=n_boot, seed=seed, grid=start)
+    start = warm_grid(law, fit.floor)
+    refit = fit_approach3(
+        sub, floor=fit.floor, tie_exponents=fit.tied, n_boot=n_boot, seed=seed, grid=start, form=fit.form
+    )
     sub_noise = run_noise(sub.N, sub.D, sub.L, noise, sub.seeds)
     return WithoutRuns(drop, refit, law_verdict(approach3_facts(refit), sub_noise, th), sub_noise)

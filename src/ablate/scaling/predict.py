@@ -36,8 +36,8 @@ from ablate.scaling.checks import (
     law_verdict,
     run_noise,
 )
-from ablate.scaling.chinchilla import Approach3Fit, ChinchillaLaw, fit_approach3
-from ablate.scaling.frontier import Frontier, loss_samples, n_opt_samples
+from ablate.scaling.chinchilla import Approach3Fit, Law, fit_approach3
+from ablate.scaling.frontier import Frontier
 from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN, FitInputError, Points, check_positive
 from ablate.scaling.verdict import Reason, Verdict
 
@@ -62,8 +62,8 @@ class SuggestedRun:
 class Predictor:
     """Approach 3 as a forecaster (module docstring)."""
 
-    law: ChinchillaLaw
-    samples: np.ndarray  # (R, 5) bootstrap laws: E, A, B, alpha, beta (R = 0: none)
+    law: Law  # either form (chinchilla.FORMS)
+    samples: np.ndarray  # (R, 5) bootstrap laws in law.NAMES order (R = 0: none)
     calibration: Calibration
     data: dict  # "N", "D", "C" -> (min, max) of the fitted runs
     verdict: Verdict  # the law's
@@ -88,7 +88,7 @@ class Predictor:
         N, D = np.broadcast_arrays(np.atleast_1d(np.asarray(N, float)), np.atleast_1d(np.asarray(D, float)))
         C = FLOPS_PER_PARAM_TOKEN * N * D if C is None else np.broadcast_to(np.asarray(C, float), N.shape)
         value = self.law.loss(N, D)
-        samples = np.log(loss_samples(self.samples, N, D)) if len(self.samples) else None
+        samples = np.log(type(self.law).sample_loss(self.samples, N, D)) if len(self.samples) else None
         with np.errstate(over="ignore", invalid="ignore"):
             lo, hi = (np.exp(v) for v in log_interval(np.log(value), samples, self.decades_past(C), self.calibration))
         if self.floor is not None:
@@ -102,6 +102,7 @@ class FitOptions:
 
     floor: float | None = None  # the data's known lowest loss; None: the points' entropy_floor
     tie_exponents: bool = False  # alpha = beta
+    form: str = "additive"  # the law's form: additive (Hoffmann et al. 2022) or joint (Kaplan et al. 2020)
     params: str = "total"  # N is 'total' or 'non_embedding' parameters (recorded; the points carry it)
     n_boot: int = DEFAULT_BOOT
     seed: int = 0
@@ -125,20 +126,31 @@ def fit_predictor(points: Points, opts: FitOptions) -> Forecast:
     and the calibration of its intervals by refits below cuts of the runs' compute (calibration.py)."""
     floor = opts.floor if opts.floor is not None else points.entropy_floor
     fit = fit_approach3(
-        points, floor=floor, tie_exponents=opts.tie_exponents, n_boot=opts.n_boot, seed=opts.seed, grid=opts.grid
+        points,
+        floor=floor,
+        tie_exponents=opts.tie_exponents,
+        n_boot=opts.n_boot,
+        seed=opts.seed,
+        grid=opts.grid,
+        form=opts.form,
     )
     noise = run_noise(points.N, points.D, points.L, opts.noise, points.seeds)
     verdict = law_verdict(approach3_facts(fit), noise, opts.thresholds)
-    n_params = 4 if opts.tie_exponents else 5
+    n_params = fit.n_params
     sigma = run_sigma(fit.diagnostics.residuals, n_params, noise.interval_floor)
     if fit.converged:
         law = fit.law
         n_boot = min(opts.n_boot, CALIBRATION_BOOT)  # a refit's curve term, as the interval's own has one
 
         def refit(sub: Points) -> Approach3Fit:
-            start = warm_grid(max(law.E, floor or 0.0), law.A, law.B, law.alpha, law.beta)
             return fit_approach3(
-                sub, floor=floor, tie_exponents=opts.tie_exponents, n_boot=n_boot, seed=opts.seed, grid=start
+                sub,
+                floor=floor,
+                tie_exponents=opts.tie_exponents,
+                n_boot=n_boot,
+                seed=opts.seed,
+                grid=warm_grid(law, floor or 0.0),
+                form=opts.form,
             )
 
         calibration = calibrate(points, refit, sigma, opts.cut_fractions, n_params, noise.interval_floor)
@@ -266,7 +278,7 @@ def _n_opt_band(pred: Predictor, C: np.ndarray) -> tuple[np.ndarray, np.ndarray,
         nan = np.full(C.shape, np.nan)
         return n, nan, nan
     with np.errstate(invalid="ignore"):
-        lo, hi = np.nanpercentile(n_opt_samples(pred.samples, C), [2.5, 97.5], axis=0)
+        lo, hi = np.nanpercentile(type(pred.law).sample_n_opt(pred.samples, C), [2.5, 97.5], axis=0)
     return n, lo, hi
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ablate.scaling.analysis import APPROACH3, FitReport
 from ablate.scaling.bootstrap import Estimate
+from ablate.scaling.chinchilla import law_text
 from ablate.scaling.frontier import Frontier, FrontierFit
 from ablate.scaling.predict import Prediction, SuggestedRun, frontier
 from ablate.scaling.verdict import NOT_DETERMINED, Verdict
@@ -148,22 +149,20 @@ def _md_approach3(result: FitReport) -> list[str]:
     d = fit.diagnostics
     if not d.converged:
         return [f"## Chinchilla approach 3: {NOT_CONVERGED}", "", d.message + ".", "", _diag_line(d)]
-    form = "L(N, D) = E + A / N^alpha + B / D^beta" + (", alpha = beta" if fit.tied else "")
     lines = [
         "## Chinchilla approach 3",
         "",
         *_md_verdict(verdict),
         "",
         *_md_without(result),
-        f"{form} (Hoffmann et al. 2022, approach 3).",
+        f"{law_text(fit.law, fit.tied)} ({fit.law.SOURCE}).",
         "",
     ]
     lines += _table(["parameter", "value", "95% CI"], parameter_rows(fit))
     lines += [
         "",
         f"E is bounded to {g(fit.floor)} to {g(fit.upper)} (the data's floor, or 0, to the lowest loss); "
-        "the exponents to > 0. a = beta/(alpha+beta) is the exponent of N_opt(C); b = alpha/(alpha+beta) that of "
-        "D_opt(C).",
+        f"the exponents to > 0. {fit.law.EXPONENTS}.",
         "",
         _diag_line(d),
     ]
@@ -413,8 +412,7 @@ def _summary_approach3(result: FitReport) -> list[str]:
     lines += suggestion_lines(result)
     if not verdict.usable:
         return lines + ["  (parameters and diagnostics in fit.md and fit.json)"]
-    form = "L(N, D) = E + A / N^alpha + B / D^beta" + (", alpha = beta" if a3.tied else "")
-    lines.append(f"  {form} (converged; {boot})")
+    lines.append(f"  {law_text(a3.law, a3.tied)} (converged; {boot})")
     names = {"a": "a (N_opt ~ C^a)", "b": "b (D_opt ~ C^b)"}
     lines += _rows([["", "value", "95% CI"]] + [[names.get(r[0], r[0]), *r[1:]] for r in parameter_rows(a3)])
     d = a3.diagnostics
