@@ -133,7 +133,7 @@ def test_from_an_empty_folder_it_sweeps_your_presets_and_fits_them(installed):
     assert sorted(r["model"] for r in rows) == ["mine", "mine", "nano", "nano", "pico", "pico"]
     checked(["ablate", "fit", "points=sweep/points.csv", "n_boot=20", "held_out=0"], work, shell)
 
-    fit = json.loads((work / "exports" / "points" / "fit.json").read_text())
+    fit = json.loads((work / "exports" / "sweep-points" / "fit.json").read_text())
     mine_params = accounting.params(build(ModelConfig, {**MINE, "vocab_size": VOCAB_SIZE}, "model"))
     assert fit["data"]["n_points"] == 6 and fit["data"]["N"]["min"] == mine_params  # the preset's model, trained
     assert (work / "mlflow.db").is_file()  # the default store, in the folder the command ran from

@@ -41,7 +41,7 @@ def chinchilla_run(fit, tmp_path_factory):
 
 def test_chinchilla_csv_reproduces_epochs_fit_through_the_command_line(chinchilla_run):
     cwd, result = chinchilla_run
-    out = cwd / "exports" / "chinchilla"  # the default: exports/<the CSV's name>
+    out = cwd / "exports" / exported(CHINCHILLA)  # the default: exports/<the CSV's path>
     doc = json.loads((out / "fit.json").read_text())
     params = doc["chinchilla_approach3"]["params"]
     # Besiroglu et al. 2024, Hoffmann's procedure on the 240 points: E 1.817, alpha 0.3473, beta 0.3672
@@ -57,7 +57,7 @@ def test_chinchilla_csv_reproduces_epochs_fit_through_the_command_line(chinchill
 
 def test_the_printed_table_matches_fit_json(chinchilla_run):
     cwd, result = chinchilla_run
-    doc = json.loads((cwd / "exports" / "chinchilla" / "fit.json").read_text())
+    doc = json.loads((cwd / "exports" / exported(CHINCHILLA) / "fit.json").read_text())
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line.startswith("  ")}
     for name in ("E", "A", "B", "alpha", "beta"):
         est = doc["chinchilla_approach3"]["params"][name]
@@ -76,6 +76,12 @@ def test_the_printed_table_matches_fit_json(chinchilla_run):
 # --- this project's CPU ladder, and data no law can be trusted on ----------------------------------
 
 LADDER = ROOT / "experiments" / "ladder" / "sweep" / "points.csv"
+
+
+def exported(points: Path) -> str:
+    """The default export folder's name for a CSV outside the command's folder: its path from the root,
+    folders joined by '-' (config.fit.source_name)."""
+    return "-".join(points.with_suffix("").parts[1:])
 
 
 def no_warnings(result) -> None:
@@ -179,7 +185,7 @@ def test_variants_are_chosen_by_option_and_recorded(fit, tmp_path):
     """alpha tied to beta, and N as non-embedding parameters (the ladder's points.csv has both counts)."""
     result = fit([f"points={LADDER}", "n_boot=0", "held_out=0", "params=non_embedding", "tie_exponents=true"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    doc = json.loads((tmp_path / "exports" / "points" / "fit.json").read_text())
+    doc = json.loads((tmp_path / "exports" / exported(LADDER) / "fit.json").read_text())
     a3 = doc["chinchilla_approach3"]
     assert (
         a3["variant"] == {"params": "non_embedding", "tie_exponents": True, "form": "additive"}
@@ -201,7 +207,7 @@ def test_backtest_prints_its_table_and_writes_it(cli, tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     no_warnings(result)
-    out = tmp_path / "exports" / "points" / "backtest"
+    out = tmp_path / "exports" / exported(LADDER) / "backtest"
     doc = json.loads((out / "backtest.json").read_text())
     assert len(doc["cuts"]) == 2 and doc["by_distance"] and len(doc["runs"]) == sum(c["n_held"] for c in doc["cuts"])
     assert result.stdout.startswith("# Backtest of points: 20 runs, cuts [0.5, 0.75]")

@@ -3,6 +3,7 @@ fitted by approach 3's procedure (form=joint), exported to fit.json and predicte
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -17,10 +18,13 @@ from ablate.scaling.fitfile import load_fit
 from ablate.scaling.joint import COARSE, JointLseHuber, KaplanLaw, joint_grid
 from ablate.scaling.points import FitInputError, Points
 from ablate.scaling.predict import FitOptions, fit_predictor, predict
+from ablate.scaling.report import summary_text
 
 TRUE = KaplanLaw(E=2.0, N_c=2e4, D_c=5e5, alpha_N=0.5, alpha_D=0.4)
 SIZES = np.geomspace(1e4, 1e6, 5)
 BUDGETS = np.geomspace(2.5e5, 1e7, 6)
+# starts in Hoffmann's layout [e, a, alpha, b, beta] for the additive form
+COARSE_ADDITIVE = np.array(list(itertools.product((-1.0, 0.5), (0, 5, 10), (0.3, 1), (0, 5, 10), (0.3, 1))))
 
 
 def ladder(law, noise: float = 0.004, seed: int = 0) -> Points:
@@ -164,3 +168,26 @@ def test_grid_covers_both_exponent_orders_and_every_form_has_a_law():
     assert grid.shape == (6125, 5)
     assert set(FORMS) == {"additive", "joint"}
     assert {(a, b) for a, b in grid[:, [2, 4]]} >= {(0.1, 2.0), (2.0, 0.1)}
+
+
+def test_runs_that_break_the_additive_law_are_shown_in_the_joint_form_too(joint_points, tmp_path):
+    """The additive law's verdict names a residual the form misses; the fit then shows the same runs in
+    the joint form, as a suggestion (console, fit.md, fit.json's other_form), and predicts with neither
+    changed."""
+    report = fit_all(joint_points, options=FitOptions(n_boot=20, grid=COARSE_ADDITIVE))
+    assert report.verdicts[APPROACH3].reasons and report.approach3.form == "additive"
+    other = report.other_form
+    assert other is not None and other.form == "joint" and other.fit.converged
+    assert other.rms < report.approach3.diagnostics.rms_residual / 2
+    export_fit(report, tmp_path)
+    doc = json.loads((tmp_path / "fit.json").read_text())["chinchilla_approach3"]
+    assert doc["other_form"]["form"] == "joint" and doc["other_form"]["applied"] is False
+    assert doc["other_form"]["rms_log_residual"] == pytest.approx(other.rms)
+    assert doc["variant"]["form"] == "additive"
+    assert "### The other form" in (tmp_path / "fit.md").read_text()
+    assert any("form=joint" in line for line in summary_text(report).splitlines())
+
+
+def test_a_law_that_describes_its_runs_is_not_refitted_in_the_other_form(iso_flop, coarse_grid):
+    report = fit_all(iso_flop, options=FitOptions(n_boot=20, grid=coarse_grid))
+    assert report.verdicts[APPROACH3].usable and report.other_form is None

@@ -3,6 +3,7 @@ conf/fit.yaml, backtest.yaml, compare.yaml), and their parse functions."""
 
 from __future__ import annotations
 
+import os
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
@@ -78,6 +79,21 @@ def check_source(experiment: str | None, points: str | None, columns: str) -> No
         )
 
 
+def source_name(experiment: str | None, points: str | None) -> str:
+    """The name of a command's export folder: the experiment's, or the CSV's path without its suffix,
+    folders joined by '-' (relative to the working folder when inside it, else from the root), so that
+    two sweeps' points.csv never share one: experiments/ladder/sweep/points.csv ->
+    experiments-ladder-sweep-points, ./chinchilla.csv -> chinchilla."""
+    if experiment:
+        return experiment
+    path = Path(os.path.abspath(points))  # "../x.csv" as the folder it names
+    try:
+        path = path.relative_to(Path.cwd())
+    except ValueError:
+        path = path.relative_to(path.anchor)
+    return "-".join(path.with_suffix("").parts)
+
+
 @dataclass
 class FitSourceConfig:
     """What `ablate fit` and `ablate backtest` share: where the points come from, and how approach 3 is
@@ -120,12 +136,12 @@ class FitSourceConfig:
 
     @property
     def name(self) -> str:
-        return self.experiment or Path(self.points).stem
+        return source_name(self.experiment, self.points)
 
     @property
     def out_dir(self) -> Path:
-        """out=, else exports/NAME, with NAME (an experiment's name, a file's stem) made one safe
-        path component: an experiment called '../x' does not write outside exports/."""
+        """out=, else exports/NAME (source_name), made one safe path component: an experiment called
+        '../x' does not write outside exports/."""
         return output_dir(self.out, "exports", self.name)
 
 
@@ -193,7 +209,7 @@ class CompareConfig:
 
     @property
     def name(self) -> str:
-        return self.experiment or Path(self.points).stem
+        return source_name(self.experiment, self.points)
 
     @property
     def out_dir(self) -> Path:

@@ -26,6 +26,7 @@ from ablate.scaling.checks import (
 from ablate.scaling.chinchilla import Approach3Fit, e_bounds
 from ablate.scaling.frontier import Frontier, FrontierFit
 from ablate.scaling.offlaw import REFIT_BOOT, WithoutRuns, named_runs, refit_without
+from ablate.scaling.otherform import OtherForm, other_form
 from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN, FitInputError, Points, RunCurve
 from ablate.scaling.predict import (
     TOKENS_PER_PARAM_RULE,
@@ -63,6 +64,7 @@ class FitReport:
     skipped: dict[str, str] = field(default_factory=dict)  # method -> why it could not run on these data
     off_law: tuple[OffLawRun, ...] = ()  # the runs approach 3's verdict names as breaking the law
     without_off_law: WithoutRuns | None = None  # approach 3 refitted without them: a suggestion, not applied
+    other_form: OtherForm | None = None  # approach 3 in its other form when the runs break the law: a suggestion
 
     @property
     def converged(self) -> bool:
@@ -128,6 +130,7 @@ def fit_all(
     off_law = named_runs(a3, predictor.verdict, noise) if a3 is not None else ()
     refit_boot = min(opts.n_boot, REFIT_BOOT)  # n_boot=0 asks for no bootstrap, here too
     without = refit_without(a3, off_law, opts.thresholds, opts.noise, opts.seed, refit_boot) if off_law else None
+    other = other_form(a3, predictor.verdict, noise, opts.thresholds, opts.seed, refit_boot) if a3 is not None else None
 
     singles = {}
     for v in single:
@@ -192,6 +195,7 @@ def fit_all(
         skipped,
         off_law,
         without,
+        other,
     )
 
 

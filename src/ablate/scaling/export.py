@@ -112,6 +112,8 @@ def _approach3_dict(result: FitReport) -> dict:
         # the runs the verdict names as breaking the law, and the law refitted without them (offlaw.py)
         "off_law_runs": [r.to_dict() for r in result.off_law],
         "without_outliers": None if result.without_off_law is None else result.without_off_law.to_dict(),
+        # the law's other form fitted to the same runs when they break this one (otherform.py)
+        "other_form": None if result.other_form is None else result.other_form.to_dict(),
     }
     if not ok:
         doc["last_iterate"] = dict(zip(fit.law.NAMES, fit.law.as_array().tolist(), strict=True))

@@ -116,12 +116,17 @@ def _target(p: Prediction) -> str:
 def suggestion_lines(result: FitReport) -> list[str]:
     """Approach 3 refitted without the runs furthest off the law (offlaw.py), for the console: the runs
     and the refit's verdict line, then its parameters when that verdict is usable; empty without one."""
+    lines = []
     s = result.without_off_law
-    if s is None:
-        return []
-    runs = "; ".join(r.described() for r in s.runs)
-    lines = [f"  suggestion, not applied: {s.verdict.line(f'without {runs}', CONSOLE_REASONS)}"]
-    return lines + ([f"    refitted law: {s.params_line()}"] if s.verdict.usable else [])
+    if s is not None:
+        runs = "; ".join(r.described() for r in s.runs)
+        lines = [f"  suggestion, not applied: {s.verdict.line(f'without {runs}', CONSOLE_REASONS)}"]
+        lines += [f"    refitted law: {s.params_line()}"] if s.verdict.usable else []
+    o = result.other_form
+    if o is not None and o.fit.converged:
+        lines.append(f"  suggestion, not applied: {o.verdict.line(f'form={o.form}', CONSOLE_REASONS)}")
+        lines.append(f"    {law_text(o.fit.law)} {o.scatter_line()}")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,6 +160,7 @@ def _md_approach3(result: FitReport) -> list[str]:
         *_md_verdict(verdict),
         "",
         *_md_without(result),
+        *_md_other_form(result),
         f"{law_text(fit.law, fit.tied)} ({fit.law.SOURCE}).",
         "",
     ]
@@ -205,6 +211,24 @@ def _md_without(result: FitReport) -> list[str]:
     lines += _table(["N", "D", "tokens per parameter", "off the law", "standardized residual"], rows)
     if s.verdict.reasons:
         lines += [""] + [f"- {r.text} (`{r.code}`)" for r in s.verdict.reasons]
+    return lines + [""]
+
+
+def _md_other_form(result: FitReport) -> list[str]:
+    """The law's other form on the same runs, as a suggestion (empty when the runs do not break this one)."""
+    o = result.other_form
+    if o is None or not o.fit.converged:
+        return []
+    lines = [
+        "### The other form",
+        "",
+        f"A suggestion, not applied: fitted to the same runs, {law_text(o.fit.law)} ({o.fit.law.SOURCE}) "
+        f"{o.scatter_line()}, and is **{o.verdict.level}**; refit with `form={o.form}` to predict with it.",
+        "",
+    ]
+    lines += _table(["parameter", "value", "95% CI"], parameter_rows(o.fit))
+    if o.verdict.reasons:
+        lines += [""] + [f"- {r.text} (`{r.code}`)" for r in o.verdict.reasons]
     return lines + [""]
 
 
@@ -340,6 +364,12 @@ def _md_decision(result: FitReport) -> list[str]:
         head += (
             f" Without the runs furthest off the law: {result.without_off_law.verdict.level}"
             " (a suggestion, not applied; see approach 3)."
+        )
+    o = result.other_form
+    if o is not None and o.fit.converged:
+        head += (
+            f" In the other form (form={o.form}): {o.verdict.level}, {o.rms / o.noise:.3g} times the noise"
+            f" against {o.rms_fitted / o.noise:.3g} (a suggestion, not applied; see approach 3)."
         )
     reasons = Verdict.worst(verdict, *(p.verdict for p in result.predictions)).reasons
     return [head, ""] + ([f"- {r.text} (`{r.code}`, {r.level})" for r in reasons] or ["- no reason against it"])
