@@ -101,7 +101,7 @@ def test_study_overrides_follow_run(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_a_corpus_becomes_tokens_then_a_run_with_bits_per_byte_in_mlflow(cli, workdir):
-    prep = cli(["stdlib", "--out", "bpe", "--vocab-size", "1024", "--max-bytes", "600000"], workdir, command="prepare")
+    prep = cli(["paths=stdlib", "out=bpe", "vocab_size=1024", "max_bytes=600000"], workdir, command="prepare")
     assert prep.returncode == 0, prep.stderr[-2000:]
     assert "train on it: ablate data=tokens data.dir=bpe" in prep.stderr
     run = cli(
@@ -124,3 +124,33 @@ def test_a_corpus_becomes_tokens_then_a_run_with_bits_per_byte_in_mlflow(cli, wo
     assert m["val/bpb"] == pytest.approx(m["val/loss"] / 0.6931471805599453 / meta["bytes_per_token"])
     assert m["final/val_bpb"] == pytest.approx(m["val/bpb"])
     assert r.data.params["data.dir"] == "bpe" and int(r.data.params["model.vocab_size"]) == 1024
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["stdlib", "--out", "bpe"], "--out is now out=DIR (valid: ablate prepare paths=... out=DIR"),
+        (["paths=stdlib", "--vocab-size=512", "out=bpe"], "--vocab-size is now vocab_size=N"),
+        (["paths=stdlib", "out=bpe", "--no-progress"], "--no-progress is now progress=false"),
+        (["stdlib", "out=bpe"], "'stdlib' is not KEY=VALUE (valid: paths=stdlib, or paths=[stdlib,...], then out=DIR)"),
+        (["out=bpe"], "paths is empty (valid: paths=FILE, paths=[FILE,FOLDER], or paths=stdlib)"),
+        (["paths=stdlib"], "out is empty (valid: out=DIR"),
+        (["paths=stdlib", "out=bpe", "vocab_size=100"], "vocab_size=100 is out of range (valid: 257 to 65536)"),
+        (["paths=stdlib", "out=bpe", "val_fraction=1.5"], "val_fraction=1.5 is invalid (valid: 0 < val_fraction < 1)"),
+        (["paths=stdlib", "out=bpe", "vocab=512"], "unknown key vocab (valid: glob, max_bytes, out, paths, progress"),
+    ],
+)
+def test_prepare_takes_key_value_and_refuses_the_old_flags_in_one_line(tmp_path, args, expected):
+    """`ablate prepare` takes KEY=VALUE like every other command; the earlier flags, a bare path and a
+    bad value are each one line naming the new spelling or what is valid, and nothing is written."""
+    done = ablate("prepare", *args, cwd=tmp_path)
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and expected in lines[0], done.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_prepare_help_lists_its_keys():
+    out = ablate("prepare", "--help").stdout
+    for key in ("paths", "out", "vocab_size", "tokenizer", "max_bytes", "val_fraction", "progress"):
+        assert key in out
+    assert "ablate prepare paths=stdlib out=" in out

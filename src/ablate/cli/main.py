@@ -35,7 +35,7 @@ COMMANDS = {
     "prepare": (
         "ablate.cli.prepare",
         "tokenize your text: train a byte-level BPE (or bring one), write token files",
-        "argv",
+        "hydra",
     ),
     "study": ("ablate.cli.study", "run or refresh a recorded study (experiments/NAME)", "argv"),
     "submit": ("ablate.cli.submit", "submit a SLURM sweep as a driver job and return at once", "argv"),

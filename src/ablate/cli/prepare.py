@@ -1,4 +1,4 @@
-"""`ablate prepare PATH... --out DIR`: your text as token files a run reads (data/tokenizer.py).
+"""`ablate prepare paths=PATH out=DIR [KEY=VALUE ...]`: your text as token files a run reads (data/tokenizer.py).
 
 Trains a byte-level BPE tokenizer on the files' train split (Hugging Face `tokenizers`, nothing
 downloaded) or takes your tokenizer.json, encodes both splits into memory-mapped token files with a
@@ -7,67 +7,73 @@ progress bar, and records the tokenizer and the bytes per token beside them.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from ablate.cli.common import fail
+from ablate.cli.common import fail, hydra_main
 from ablate.config import ConfigError
 from ablate.data.corpus import read_corpus
 
+SUMMARY = "Tokenize your text: train a byte-level BPE tokenizer (or bring one) and write token files."
 EXAMPLE = (
-    "ablate prepare stdlib --out data/stdlib-bpe4k --vocab-size 4096 && ablate data=tokens data.dir=data/stdlib-bpe4k"
+    "ablate prepare paths=stdlib out=data/stdlib-bpe4k vocab_size=4096 && ablate data=tokens data.dir=data/stdlib-bpe4k"
 )
+# The flags of earlier versions, and the key each is now (every command takes KEY=VALUE)
+OLD_FLAGS = {
+    "--out": "out=DIR",
+    "--vocab-size": "vocab_size=N",
+    "--tokenizer": "tokenizer=FILE",
+    "--glob": "glob=PATTERN",
+    "--max-bytes": "max_bytes=N",
+    "--val-fraction": "val_fraction=F",
+    "--no-progress": "progress=false",
+}
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="ablate prepare",
-        description="Tokenize your text: train a byte-level BPE tokenizer (or bring one) and write token files.",
-        epilog=f"example:\n  {EXAMPLE}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("paths", nargs="+", help="files or folders of text; 'stdlib' is the Python standard library")
-    p.add_argument("--out", required=True, help="the folder to write (train.bin, val.bin, tokenizer.json, meta.json)")
-    p.add_argument("--vocab-size", type=int, default=4096, help="BPE vocabulary to train (default: 4096)")
-    p.add_argument("--tokenizer", default=None, help="an existing tokenizer.json instead of training one")
-    p.add_argument("--glob", default="**/*.py", help="files to read inside folders (default: **/*.py)")
-    p.add_argument("--max-bytes", type=int, default=20_000_000, help="read at most this much text (default: 2e7)")
-    p.add_argument("--val-fraction", type=float, default=0.05, help="the last fraction of the text (default: 0.05)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p
+def refuse_old_spelling(argv: list[str]) -> None:
+    """A flag of the earlier spelling, or a bare path, is one line with the new spelling."""
+    for flag in (arg.split("=", 1)[0] for arg in argv):
+        if flag in OLD_FLAGS:
+            fail(f"{flag} is now {OLD_FLAGS[flag]} (valid: ablate prepare paths=... out=DIR [vocab_size=4096 ...])")
+    for arg in argv:
+        if not arg.startswith("-") and "=" not in arg:
+            fail(f"{arg!r} is not KEY=VALUE (valid: paths={arg}, or paths=[{arg},...], then out=DIR)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def task(cfg) -> None:
+    from omegaconf import OmegaConf
+
+    from ablate.config import parse_prepare
     from ablate.data import tokenizer
 
     try:
-        if not 0.0 < args.val_fraction < 1.0:
-            raise ConfigError(f"--val-fraction={args.val_fraction} is invalid (valid: 0 < value < 1)")
-        if args.max_bytes <= 0:
-            raise ConfigError(f"--max-bytes={args.max_bytes} must be positive (valid: > 0)")
-        corpus = read_corpus(args.paths, args.glob, args.max_bytes)
-        what = f"tokenizer {args.tokenizer}" if args.tokenizer else f"a {args.vocab_size}-token byte-level BPE"
+        pc = parse_prepare(OmegaConf.to_container(cfg, resolve=True))
+        corpus = read_corpus(pc.paths, pc.glob, pc.max_bytes)
+        what = f"tokenizer {pc.tokenizer}" if pc.tokenizer else f"a {pc.vocab_size}-token byte-level BPE"
         print(f"prepare: {corpus.size:,} bytes from {len(corpus.files)} files, {what}", file=sys.stderr)
-        with Progress(enabled=not args.no_progress) as bar:
+        with Progress(enabled=pc.progress) as bar:
             meta = tokenizer.prepare(
                 corpus,
-                Path(args.out),
-                args.val_fraction,
-                vocab_size=None if args.tokenizer else args.vocab_size,
-                tokenizer_file=Path(args.tokenizer) if args.tokenizer else None,
+                Path(pc.out),
+                pc.val_fraction,
+                vocab_size=None if pc.tokenizer else pc.vocab_size,
+                tokenizer_file=Path(pc.tokenizer) if pc.tokenizer else None,
                 progress=bar.update,
             )
     except ConfigError as exc:
         fail(str(exc))
     print(
-        f"wrote {args.out}: {meta.train_tokens:,} train and {meta.val_tokens:,} val tokens, vocab {meta.vocab_size}, "
+        f"wrote {pc.out}: {meta.train_tokens:,} train and {meta.val_tokens:,} val tokens, vocab {meta.vocab_size}, "
         f"{meta.bytes_per_token:.3f} bytes per token (val/bpb = val/loss / ln 2 / {meta.bytes_per_token:.3f})",
         file=sys.stderr,
     )
-    print(f"train on it: ablate data=tokens data.dir={args.out}", file=sys.stderr)
-    return 0
+    print(f"train on it: ablate data=tokens data.dir={pc.out}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    refuse_old_spelling(argv)
+    hydra_main(task, config_name="prepare", name="prepare", summary=SUMMARY, example=EXAMPLE, argv=argv)
 
 
 class Progress:
@@ -100,4 +106,4 @@ class Progress:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -6,7 +6,7 @@ a parse function turns the composed tree into these dataclasses, and each compon
 its own slice. Bad input raises `ConfigError`, whose message is one line: key, bad value, what is valid.
 
     run.py      one training run: model, precision, hardware, optim, train, tracking; parse_run
-    data.py     the token sources, the synthetic language among them; parse_data
+    data.py     the token sources, the synthetic language among them; parse_data; ablate prepare, parse_prepare
     fit.py      ablate fit, backtest and compare; parse_fit, parse_backtest, parse_compare
     plan.py     ablate plan; parse_plan
     search.py   the Optuna sweeper's settings; parse_search
@@ -16,7 +16,16 @@ its own slice. Bad input raises `ConfigError`, whose message is one line: key, b
 The launchers' settings are parsed in sweep/launch/ (settings.py, slurm.py).
 """
 
-from ablate.config.data import DATA_KINDS, DataConfig, SyntheticDataConfig, TextDataConfig, TokenDataConfig, parse_data
+from ablate.config.data import (
+    DATA_KINDS,
+    DataConfig,
+    PrepareConfig,
+    SyntheticDataConfig,
+    TextDataConfig,
+    TokenDataConfig,
+    parse_data,
+    parse_prepare,
+)
 from ablate.config.fit import (
     DEFAULT_CUTS,
     PARAM_KINDS,
@@ -72,6 +81,8 @@ from ablate.config.search import PRUNER_KEYS, SAMPLER_KEYS, SearchConfig, flatte
 from ablate.errors import ConfigError, UnsupportedError
 
 __all__ = [
+    "PrepareConfig",
+    "parse_prepare",
     # errors
     "ConfigError",
     "UnsupportedError",

@@ -129,3 +129,38 @@ def parse_data(tree: dict) -> DataConfig:
     if kind not in DATA_KINDS:
         raise ConfigError(f"data.kind={kind!r} is unknown (valid: {', '.join(DATA_KINDS)})")
     return build(DATA_KINDS[kind], tree, "data")
+
+
+@dataclass
+class PrepareConfig:
+    """`ablate prepare` (conf/prepare.yaml): which text, where the token files go, how it is tokenized."""
+
+    paths: list[str] = field(default_factory=list)  # files or folders; "stdlib": the Python standard library
+    out: str | None = None
+    vocab_size: int = 4096
+    tokenizer: str | None = None  # an existing tokenizer.json instead of training one
+    glob: str = "**/*.py"
+    max_bytes: int = 20_000_000
+    val_fraction: float = 0.05
+    progress: bool = True
+
+    def validate(self) -> None:
+        if not self.paths or not all(isinstance(p, str) and p.strip() for p in self.paths):
+            raise ConfigError("paths is empty (valid: paths=FILE, paths=[FILE,FOLDER], or paths=stdlib)")
+        if not (self.out or "").strip():
+            raise ConfigError("out is empty (valid: out=DIR, the folder to write the token files to)")
+        if not 257 <= self.vocab_size <= 65536:
+            raise ConfigError(f"vocab_size={self.vocab_size} is out of range (valid: 257 to 65536)")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ConfigError(f"val_fraction={self.val_fraction} is invalid (valid: 0 < val_fraction < 1)")
+        require_positive("max_bytes", self.max_bytes)
+
+
+def parse_prepare(tree: dict) -> PrepareConfig:
+    """A validated PrepareConfig from the composed conf/prepare.yaml tree; paths= may be one path."""
+    tree = {k: v for k, v in (tree or {}).items() if k != "hydra"}
+    if isinstance(tree.get("paths"), str):
+        tree["paths"] = [tree["paths"]]
+    cfg = build(PrepareConfig, tree, "")
+    cfg.validate()
+    return cfg
