@@ -206,3 +206,20 @@ def test_a_checkpoint_whose_mlflow_run_is_gone_starts_the_run_again(run_config, 
     assert RESUMED_TAG not in run.data.tags
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [5, 10, 15, 20, 25, 30, 35, 40]
     assert "which sqlite" in capfd.readouterr().err
+
+
+def test_a_run_that_repeats_its_data_says_how_many_epochs(run_config, tmp_path, capfd):
+    """20 steps of 16 x 64 tokens over a 10,000-token training split read it 2.05 times: one warning
+    line with the count; a run on fresh data has none."""
+    from ablate.run.prepare import prepare
+
+    fresh = prepare(run_config(tmp_path / "fresh"))
+    assert fresh.epochs == pytest.approx(20 * 16 * 64 / len(fresh.data.train)) and fresh.epochs < 1
+    assert fresh.repeat_warning() is None
+    cfg = run_config(tmp_path / "small", **{"data.train_tokens": 10_000})
+    repeated = prepare(cfg)
+    assert repeated.epochs == pytest.approx(20 * 16 * 64 / len(repeated.data.train))
+    train.run(cfg, tmp_path / "out")
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if "warning:" in ln]
+    assert len(lines) == 1 and f"{repeated.epochs:.2f} times over" in lines[0]
+    assert f"{len(repeated.data.train):,}-token training split" in lines[0]

@@ -33,6 +33,23 @@ class Prepared:
     total_steps: int
     config_hash: str
 
+    @property
+    def epochs(self) -> float:
+        """How many times the run reads its training split over: tokens trained / tokens in the split
+        (batches are random windows, so past 1 some text is seen again)."""
+        tokens = self.total_steps * self.cfg.train.batch_size * self.cfg.model.block_size
+        return tokens / max(len(self.data.train), 1)
+
+    def repeat_warning(self) -> str | None:
+        """One line when the run repeats its data, else None."""
+        if self.epochs <= 1.0:
+            return None
+        return (
+            f"warning: this run reads its {len(self.data.train):,}-token training split ({self.data.name}) "
+            f"{self.epochs:.2f} times over: its loss is not a fresh-data loss (scaling laws assume no repeated "
+            "data; fewer steps, or more data)"
+        )
+
 
 def prepare(cfg: RunConfig, caches: dict | None = None) -> Prepared:
     """Validate against this machine, its filesystem and the data; raises ConfigError with one line."""
