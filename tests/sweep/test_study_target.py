@@ -38,6 +38,7 @@ def test_the_target_is_predicted_then_trained_then_recorded_once(study):
     assert doc["actual"] == result["final_val_loss"] and doc["made_at"] <= doc["trained_at"]
     section = "\n".join(_target_section(study, spec))
     assert "made before the target was trained" in section and f"{doc['actual']:.4f}" in section
+    assert doc["made_at"] <= doc["trained_from"] <= doc["trained_at"]  # the run's own window, after the prediction
 
     assert "rewritten since" not in section
 

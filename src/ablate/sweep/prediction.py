@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     from ablate.run.prepare import Prepared
 
 SCHEMA = "ablate.prediction/1"
-OUTCOME_KEYS = ("actual", "actual_bpb", "actual_run_id", "trained_at")
+# trained_at: when the run ended; trained_from: when it began (both from its result.json), so
+# that the record says whether the prediction came before the run, while it trained, or after
+OUTCOME_KEYS = ("actual", "actual_bpb", "actual_run_id", "trained_at", "trained_from")
 
 
 def make_prediction(prepared: Prepared, fit_path: Path, overrides: list[str], out: Path) -> dict:
@@ -144,7 +146,8 @@ def record_outcome(path: Path, result: RunResult) -> dict:
         actual=result.final_val_loss,
         actual_bpb=result.final_val_bpb,
         actual_run_id=result.mlflow_run_id,
-        trained_at=now(),
+        trained_at=iso(result.ended_at) if result.ended_at else now(),
+        trained_from=iso(result.started_at) if result.started_at else None,
     )
     write_json(path, doc)
     return doc
@@ -160,6 +163,25 @@ def outcome(doc: dict) -> dict:
         "error": actual / predicted - 1 if known else None,
         "half_width": (band[1] - band[0]) / 2 / predicted if predicted and band else None,
     }
+
+
+def when_made(doc: dict) -> str | None:
+    """'before' the target began training, 'during' its training (before its outcome), or 'after' it
+    ended (then it predicts nothing); None while the run's window is not recorded."""
+    made, start, end = doc.get("made_at"), doc.get("trained_from"), doc.get("trained_at")
+    if made is None or end is None:
+        return None
+    if start is not None and made <= start:
+        return "before"
+    return "during" if made < end else "after"
+
+
+TIMING = {
+    "before": "made before the target was trained",
+    "during": "made while the target trained, before its outcome",
+    "after": "made AFTER the target was trained: it predicts nothing",
+    None: "made before the target was trained",
+}
 
 
 def render(doc: dict) -> list[str]:
@@ -182,9 +204,16 @@ def render(doc: dict) -> list[str]:
         f"| {error} | {verdict_of} | {bpb} |",
         "",
         f"Predicted at {doc['made_at']} from `{doc['fit']}` (sha256 {doc['fit_sha256'][:12]}, commit "
-        f"{str(doc['commit'])[:10]}); trained"
-        + (f" at {doc['trained_at']} (MLflow run {doc['actual_run_id']})." if doc.get("trained_at") else ": not yet."),
+        f"{str(doc['commit'])[:10]}); trained" + _window(doc),
     ]
+
+
+def _window(doc: dict) -> str:
+    if not doc.get("trained_at"):
+        return ": not yet."
+    start = doc.get("trained_from")
+    span = f" from {start} to {doc['trained_at']}" if start else f" by {doc['trained_at']}"
+    return f"{span} (MLflow run {doc['actual_run_id']}): the prediction was {TIMING[when_made(doc)]}."
 
 
 def _bpb_pair(doc: dict) -> str:
@@ -194,3 +223,8 @@ def _bpb_pair(doc: dict) -> str:
 
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def iso(seconds: float) -> str:
+    """A Unix time as now() writes times: UTC, ISO 8601, to the second."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="seconds")

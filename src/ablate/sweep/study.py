@@ -227,13 +227,14 @@ def run_target(study_dir: Path, study: dict) -> int:
 
 def _target_section(study_dir: Path, study: dict) -> list[str]:
     """Predicted against actual, from prediction.json (absent until --run has predicted it)."""
-    from ablate.sweep.prediction import read_prediction, render
+    from ablate.sweep.prediction import TIMING, read_prediction, render, when_made
 
     path = study_dir / PREDICTION_FILE
-    head = ["## The prediction, made before the target was trained", ""]
     if not path.is_file():
+        head = [f"## The prediction, {TIMING[None]}", ""]
         return [*head, f"Not predicted yet: `ablate study {_relative(study_dir)} --run` predicts, then trains it.", ""]
     doc = read_prediction(path)
+    head = [f"## The prediction, {TIMING[when_made(doc)]}", ""]
     cmd = "python -m ablate " + " ".join(shlex.quote(a) for a in target_command(study_dir, study["target"]))
     return [
         *head,
