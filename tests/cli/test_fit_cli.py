@@ -199,18 +199,19 @@ def test_variants_are_chosen_by_option_and_recorded(fit, tmp_path):
 
 @pytest.mark.e2e
 def test_backtest_prints_its_table_and_writes_it(cli, tmp_path):
+    points = ROOT / "experiments" / "scaling" / "sweep" / "points.csv"
     result = cli(
-        [f"points={ROOT / 'experiments' / 'scaling' / 'sweep' / 'points.csv'}", "n_boot=20", "cuts=[0.5,0.75]"],
+        [f"points={points}", "n_boot=20", "cuts=[0.5,0.75]"],
         tmp_path,
         timeout=900,
         command="backtest",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     no_warnings(result)
-    out = tmp_path / "exports" / exported(LADDER) / "backtest"
+    out = tmp_path / "exports" / exported(points) / "backtest"
     doc = json.loads((out / "backtest.json").read_text())
     assert len(doc["cuts"]) == 2 and doc["by_distance"] and len(doc["runs"]) == sum(c["n_held"] for c in doc["cuts"])
-    assert result.stdout.startswith("# Backtest of points: 20 runs, cuts [0.5, 0.75]")
+    assert result.stdout.startswith(f"# Backtest of {points}: 20 runs, cuts [0.5, 0.75]")
     assert "| decades of compute past the largest fitted run |" in (out / "backtest.md").read_text()
     bad = cli(["points=x.csv", "cuts=[1.5]"], tmp_path, command="backtest")
     assert bad.returncode == 2 and "cuts=[1.5] is invalid" in bad.stderr

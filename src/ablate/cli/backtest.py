@@ -42,7 +42,8 @@ def task(cfg) -> dict:
         inputs = load_inputs(bc)
         started = time.perf_counter()
         result = backtest(inputs.points, fit_options(bc), tuple(float(c) for c in bc.cuts))
-        md = backtest_markdown(result, f"Backtest of {bc.name}: {len(inputs.points)} runs, cuts {bc.cuts}")
+        title = f"Backtest of {bc.experiment or bc.points}: {len(inputs.points)} runs, cuts {bc.cuts}"
+        md = backtest_markdown(result, title)
         doc = {"source": inputs.source, "cuts": bc.cuts, "n_boot": bc.n_boot, **result.to_dict()}
         files = write_files(
             {
@@ -58,8 +59,8 @@ def task(cfg) -> dict:
     return {"out": str(bc.out_dir), "coverage": result.coverage, "printed_coverage": result.printed_coverage}
 
 
-def main() -> None:
-    hydra_main(task, config_name="backtest", name="backtest", summary=SUMMARY, example=EXAMPLE)
+def main(argv: list[str] | None = None) -> None:
+    hydra_main(task, config_name="backtest", name="backtest", summary=SUMMARY, example=EXAMPLE, argv=argv)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main
-from ablate.config import ConfigError
+from ablate.config import ConfigError, parse_prepare
 from ablate.data.corpus import read_corpus
 
 SUMMARY = "Tokenize your text: train a byte-level BPE tokenizer (or bring one) and write token files."
@@ -43,7 +43,6 @@ def refuse_old_spelling(argv: list[str]) -> None:
 def task(cfg) -> None:
     from omegaconf import OmegaConf
 
-    from ablate.config import parse_prepare
     from ablate.data import tokenizer
 
     try:
