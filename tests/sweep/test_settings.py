@@ -5,8 +5,7 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from ablate.config import ConfigError
-from ablate.sweep.launch.settings import parse_process_settings
+from ablate.config import ConfigError, ProcessSettings, SubmititSettings, parse_process_settings
 
 PROCESS = "hydra_plugins.ablate_launcher.process_launcher.ProcessLauncher"
 SUBMITIT = "hydra_plugins.ablate_slurm.submitit_launcher.SubmititLauncher"
@@ -39,3 +38,43 @@ def test_a_launcher_built_with_bad_settings_stops_in_one_line(capsys):
         assert stopped.value.code == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and words in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("launcher", "schema", "values"),
+    [
+        ("sequential", ProcessSettings, {"workers": 1}),
+        ("parallel", ProcessSettings, {"workers": None}),  # hardware.workers of hardware=cpu: null
+        ("slurm", SubmititSettings, {"cluster": "slurm", "signal_delay_s": 120}),
+        ("submitit_local", SubmititSettings, {"cluster": "local", "signal_delay_s": 30}),
+    ],
+)
+def test_each_launcher_is_composed_against_its_schema_from_hydras_config_store(launcher, schema, values):
+    """The launchers' settings are dataclasses (config/launch.py) that the plugins register in Hydra's
+    ConfigStore, as Hydra's own plugins do: no preset file, and the composed node is typed by them."""
+    from ablate.cli.common import _compose
+    from ablate.config import CONF_DIR, group_options
+
+    assert not list((CONF_DIR / "hydra" / "launcher").glob("*.yaml"))
+    assert launcher in group_options("hydra/launcher")
+    node = _compose("config", [f"hydra/launcher={launcher}"]).hydra.launcher
+    assert issubclass(OmegaConf.get_type(node), schema)
+    assert {k: node[k] for k in values} == values
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["hydra/launcher=paralel"], "hydra/launcher=paralel is not a known option (valid: basic, parallel"),
+        (["hydra/launcher=parallel", "hydra.launcher.wokers=2"], "unknown key hydra.launcher.wokers (valid: stop"),
+        (["hydra/launcher=parallel", "hydra.launcher.workers=two"], "hydra.launcher.workers=two is not a whole number"),
+        (["hydra/launcher=slurm", "hydra.launcher.timeout_min=1.5"], "hydra.launcher.timeout_min=1.5 is not a whole"),
+        (["hydra/launcher=slurm", "hydra.launcher.poll_s=soon"], "hydra.launcher.poll_s=soon is not a number"),
+        (["hydra/launcher=slurm", "hydra.launcher.cluster=pbs"], "hydra.launcher.cluster=pbs is not a submitit"),
+    ],
+)
+def test_a_bad_launcher_key_stops_at_composition_in_one_line(cli, workdir, args, line):
+    done = cli(["--multirun", "model=nano,micro", "train.steps=2", *args], workdir)
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and line in lines[0], done.stderr[-2000:]
+    assert not (workdir / "multirun").exists()

@@ -16,8 +16,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ablate.cli.submit import driver_script
+from ablate.config import SubmititSettings
 from ablate.run import preemption, train
-from ablate.sweep.launch.slurm import LauncherSettings, resources
+from ablate.sweep.launch.slurm import resources
 from ablate.tracking.tags import REASON_TAG
 from support import SMALL_DATA
 
@@ -124,16 +125,16 @@ def scontrol(*args: str) -> None:
 def test_resources_come_from_the_hardware_config_unless_overridden():
     cpu = {"device": "cpu", "gpus_per_node": 1}
     h100 = {"device": "cuda", "gpus_per_node": 8}
-    assert resources(LauncherSettings(), cpu).__dict__ == {"gpus_per_task": 0, "cpus_per_task": 1, "threads": 1}
-    assert resources(LauncherSettings(), h100).__dict__ == {"gpus_per_task": 8, "cpus_per_task": 8, "threads": 8}
-    assert resources(LauncherSettings(), {"device": "auto", "gpus_per_node": 1}).gpus_per_task == 0
-    assert resources(LauncherSettings(), {"device": "cpu", "gpus_per_node": 2}).cpus_per_task == 2  # 2 gloo ranks
-    custom = LauncherSettings(gpus_per_task=2, cpus_per_task=16)
+    assert resources(SubmititSettings(), cpu).__dict__ == {"gpus_per_task": 0, "cpus_per_task": 1, "threads": 1}
+    assert resources(SubmititSettings(), h100).__dict__ == {"gpus_per_task": 8, "cpus_per_task": 8, "threads": 8}
+    assert resources(SubmititSettings(), {"device": "auto", "gpus_per_node": 1}).gpus_per_task == 0
+    assert resources(SubmititSettings(), {"device": "cpu", "gpus_per_node": 2}).cpus_per_task == 2  # 2 gloo ranks
+    custom = SubmititSettings(gpus_per_task=2, cpus_per_task=16)
     assert resources(custom, h100).__dict__ == {"gpus_per_task": 2, "cpus_per_task": 16, "threads": 16}
 
 
 def test_the_driver_job_submits_the_same_sweep_into_a_fixed_dir(tmp_path):
-    settings = LauncherSettings(
+    settings = SubmititSettings(
         partition="gpu", account="lab", qos="low", driver_timeout_min=2880, setup=["module load cuda"]
     )
     script = driver_script(tmp_path, tmp_path / "sweep", ["+sweep=precision", "hydra/launcher=slurm"], settings)

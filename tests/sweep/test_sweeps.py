@@ -16,11 +16,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from mlflow.tracking import MlflowClient
 
-from ablate.config import CONF_DIR, ConfigError
+from ablate.config import CONF_DIR, ConfigError, ProcessSettings, parse_process_settings
 from ablate.run import progress
 from ablate.sweep import plan as sweep_plan
 from ablate.sweep.launch.process import resources
-from ablate.sweep.launch.settings import ProcessSettings, parse_process_settings
 from ablate.sweep.summary import summarize
 from support import ROOT, SMALL_DATA
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import NoReturn
 
-from ablate.config import CONF_DIR, ConfigError, parse_run
+from ablate.config import CONF_DIR, ConfigError, group_options, parse_run
 from ablate.files import check_writable_dir
 
 
@@ -215,7 +215,7 @@ def command_help(config_name: str, name: str, summary: str, example: str) -> str
         lines += ["", "config groups (GROUP=OPTION; * the default):"]
         width = max(len(flag) for flag, _, _ in groups)
         for flag, directory, default in groups:
-            options = sorted(p.stem for p in (CONF_DIR / directory).glob("*.yaml"))
+            options = group_options(directory)
             listed = " ".join(f"{o}*" if o == default else o for o in options)
             lines.append(f"  {flag:<{width}}  {listed}")
     tree = OmegaConf.to_container(cfg, resolve=False)
@@ -400,22 +400,45 @@ def explain(exc: Exception, overrides: list[str], config_name: str = "config") -
     if isinstance(exc, MissingConfigException) or "Could not find" in str(exc):
         for o in overrides:
             key, _, value = o.lstrip("+~").partition("=")
-            group = CONF_DIR / key
-            if group.is_dir() and not (group / f"{value}.yaml").is_file():
-                options = sorted(p.stem for p in group.glob("*.yaml"))
-                return f"{key}={value} is not a known option (valid: {', '.join(options)})"
+            options = group_options(key)
+            unknown = [v for v in value.split(",") if v not in options]  # a sweep's values, each
+            if options and unknown:
+                return f"{key}={unknown[0]} is not a known option (valid: {', '.join(options)})"
     text = str(exc)
+    if text.startswith("Error merging override") and exc.__cause__ is not None:
+        override = text.removeprefix("Error merging override ").strip()
+        cause = str(exc.__cause__).strip().splitlines() or [type(exc.__cause__).__name__]
+        wanted = next((v for k, v in TYPE_WORDS.items() if cause[0].endswith(f"could not be converted to {k}")), None)
+        return f"{override} is not {wanted}" if wanted else f"{override}: {cause[0]}"
     if text.startswith("Could not override '"):
         key = text.split("'")[1]
-        parent, _, leaf = key.rpartition(".")
-        rest = [o for o in overrides if not o.startswith(f"{key}=")]
+        rest = [_one_value(o) for o in overrides if not o.lstrip("+~").startswith(f"{key}=")]
         try:
             node = _compose(config_name, rest)
-            valid = sorted(OmegaConf.select(node, parent).keys()) if parent else sorted(k for k in node if k != "hydra")
-            return f"unknown key {key} (valid: {', '.join(map(str, valid))})"
+            parent = key.rpartition(".")[0]
+            while parent and not OmegaConf.is_dict(OmegaConf.select(node, parent)):
+                key, parent = parent, parent.rpartition(".")[0]  # trian.steps: 'trian' is the unknown key
+            keys = OmegaConf.select(node, parent).keys() if parent else (k for k in node if k != "hydra")
+            valid = sorted(str(k) for k in keys if not str(k).startswith("_"))  # not a plugin's _target_
+            return f"unknown key {key} (valid: {', '.join(valid)})"
         except Exception:  # the composition itself is broken: fall back to Hydra's words
             pass
     return _first_line(exc)
+
+
+# OmegaConf's words for a value a typed key refuses -> what the key takes (a schema's keys: the
+# launchers', the sweeper's; OmegaConf reads 1e6 as a float, which an integer key refuses)
+TYPE_WORDS = {
+    "Integer": "a whole number (valid: digits only, such as 4 or 1000000; no exponent or decimal point)",
+    "Float": "a number (valid: such as 0.5, 60 or 1e-3)",
+    "Boolean": "true or false (valid: true, false)",
+}
+
+
+def _one_value(override: str) -> str:
+    """A sweep override (KEY=a,b) as its first value, so that one composition can list the keys."""
+    key, _, value = override.partition("=")
+    return f"{key}={value.split(',')[0]}" if "," in value and "[" not in value and "(" not in value else override
 
 
 def _first_line(exc: Exception) -> str:

@@ -22,9 +22,8 @@ import time
 from pathlib import Path
 
 from ablate.cli.common import fail, precheck
-from ablate.config import CONF_MODULE, ConfigError
+from ablate.config import CONF_MODULE, ConfigError, SubmititSettings, parse_submitit_settings
 from ablate.files import check_writable_dir, write_json
-from ablate.sweep.launch.slurm import parse_settings
 
 DRIVER_LOG = "driver.log"
 
@@ -84,11 +83,12 @@ def submit(overrides: list[str]) -> tuple[str, Path]:
 
     precheck(overrides, "config", multirun=True)  # the driver runs it with --multirun
     cfg = compose(overrides)
-    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
-    if not str(launcher.get("_target_", "")).endswith("SubmititLauncher") or launcher.get("cluster") != "slurm":
+    # the composed launcher's schema says which launcher it is (config/launch.py), not its _target_
+    schema = OmegaConf.get_type(cfg.hydra.launcher)
+    if not (isinstance(schema, type) and issubclass(schema, SubmititSettings)) or cfg.hydra.launcher.cluster != "slurm":
         fail("hydra/launcher is not slurm (valid: add hydra/launcher=slurm; the driver job must submit to SLURM)")
     try:
-        settings = parse_settings(launcher)
+        settings = parse_submitit_settings(cfg.hydra.launcher)
     except ConfigError as exc:
         fail(str(exc))
     if shutil.which("sbatch") is None:

@@ -11,9 +11,8 @@ its own slice. Bad input raises `ConfigError`, whose message is one line: key, b
     plan.py     ablate plan; parse_plan
     search.py   the Optuna sweeper's settings; parse_search
     schema.py   build and coerce: a tree to a dataclass, key by key; the shared range checks
+    launch.py   the launchers' settings (hydra.launcher), which the plugins register in Hydra's ConfigStore
     presets.py  where the presets live: pkg://ablate.conf (a user's own come in with --config-dir)
-
-The launchers' settings are parsed in sweep/launch/ (settings.py, slurm.py).
 """
 
 from ablate.config.data import (
@@ -41,6 +40,13 @@ from ablate.config.fit import (
     parse_compare,
     parse_fit,
 )
+from ablate.config.launch import (
+    SUBMITIT_CLUSTERS,
+    ProcessSettings,
+    SubmititSettings,
+    parse_process_settings,
+    parse_submitit_settings,
+)
 from ablate.config.plan import (
     COMPUTE_BUDGETS,
     PLAN_KEYS,
@@ -50,7 +56,7 @@ from ablate.config.plan import (
     PlanInputs,
     parse_plan,
 )
-from ablate.config.presets import CONF_DIR, CONF_MODULE, CONF_PATH
+from ablate.config.presets import CONF_DIR, CONF_MODULE, CONF_PATH, group_options
 from ablate.config.run import (
     DEVICE_KINDS,
     MAX_EVAL_BATCHES,
@@ -81,6 +87,12 @@ from ablate.config.search import PRUNER_KEYS, SAMPLER_KEYS, SearchConfig, flatte
 from ablate.errors import ConfigError, UnsupportedError
 
 __all__ = [
+    "SUBMITIT_CLUSTERS",
+    "ProcessSettings",
+    "SubmititSettings",
+    "parse_process_settings",
+    "parse_submitit_settings",
+    "group_options",
     "PrepareConfig",
     "parse_prepare",
     # errors

@@ -12,3 +12,16 @@ CONF_MODULE = "ablate.conf"
 CONF_PATH = f"pkg://{CONF_MODULE}"
 # The same files on disk, for listing a group's options and reading a preset as plain YAML.
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def group_options(group: str) -> list[str]:
+    """A config group's options: the package's presets (CONF_DIR/GROUP/*.yaml) and the configs that
+    plugins register in Hydra's ConfigStore under that group (the launchers, the sweepers)."""
+    from hydra.core.config_store import ConfigStore
+
+    files = {p.stem for p in (CONF_DIR / group).glob("*.yaml")}
+    try:
+        stored = {Path(name).stem for name in ConfigStore.instance().list(group)}
+    except OSError:  # ConfigStore raises IOError for a group it does not hold
+        stored = set()
+    return sorted(files | stored)

@@ -1,4 +1,6 @@
-"""The schema of a search (`hydra/sweeper=optuna`, conf/hydra/sweeper/optuna.yaml), checked before any study exists.
+"""The schema of a search (`hydra/sweeper=optuna`), checked before any study exists. The Optuna
+sweeper plugin registers it in Hydra's ConfigStore (hydra_plugins/ablate_optuna/config.py), so Hydra
+composes hydra.sweeper against it: an unknown key or a wrong type stops at composition.
 
 One study per study_name + storage. Storage: Optuna's journal file (JournalStorage over
 JournalFileBackend, whose lock works on a shared filesystem) at STUDY_DIR/journal.log unless
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 from ablate.config.schema import build, require_at_most
 from ablate.errors import ConfigError
@@ -38,7 +40,7 @@ SAMPLER_KEYS = {
 
 @dataclass
 class SearchConfig:
-    """The sweeper's slice (conf/hydra/sweeper/optuna.yaml); one study per study_name+storage."""
+    """hydra.sweeper of `hydra/sweeper=optuna`; one study per study_name+storage."""
 
     study_name: str = "study"
     # None: a journal file STUDY_DIR/journal.log. A path: a journal file there. A URL with "://":
@@ -52,15 +54,30 @@ class SearchConfig:
     # Trials asked for and launched together, as one launcher batch.
     n_jobs: int = 2
     seed: int = 0
-    sampler: Literal["tpe", "random"] = "tpe"
-    samplers: dict = field(default_factory=dict)
-    pruner: Literal["median", "percentile", "hyperband", "successive_halving", "none"] = "median"
-    pruners: dict = field(default_factory=dict)
+    sampler: str = "tpe"  # a key of SAMPLER_KEYS
+    # each sampler's settings, by name: the one `sampler` names is used
+    samplers: dict[str, Any] = field(
+        default_factory=lambda: {
+            "tpe": {"n_startup_trials": 5, "multivariate": True, "constant_liar": True},
+            "random": {},
+        }
+    )
+    pruner: str = "median"  # a key of PRUNER_KEYS
+    # each pruner's settings, by name; resources and warm-ups are in training steps
+    pruners: dict[str, Any] = field(
+        default_factory=lambda: {
+            "median": {"n_startup_trials": 4, "n_warmup_steps": 0, "interval_steps": 1},
+            "percentile": {"percentile": 25.0, "n_startup_trials": 4, "n_warmup_steps": 0, "interval_steps": 1},
+            "hyperband": {"min_resource": 1, "max_resource": "auto", "reduction_factor": 3},
+            "successive_halving": {"min_resource": 1, "reduction_factor": 3, "min_early_stopping_rate": 0},
+            "none": {},
+        }
+    )
     # The search space catalogue: config key -> Hydra sweep grammar, e.g. "tag(log, interval(1e-4, 1e-2))",
     # "choice(8, 16, 32)", "range(0, 101, 10)", "int(interval(0, 100))".
-    params: dict = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     # Which catalogue keys this study searches; None: all of them.
-    search: list | None = None
+    search: list[str] | None = None
     # A RUNNING trial whose driver has not been heard from for this long (or whose driver process
     # on this host is gone) failed with its driver; it is failed and its parameters run again.
     stale_after_s: float = 600.0
@@ -74,6 +91,9 @@ class SearchConfig:
             )
         if self.seed < 0:
             raise ConfigError(f"hydra.sweeper.seed={self.seed} is negative (valid: >= 0)")
+        for kind, name, valid in (("sampler", self.sampler, SAMPLER_KEYS), ("pruner", self.pruner, PRUNER_KEYS)):
+            if name not in valid:
+                raise ConfigError(f"hydra.sweeper.{kind}={name!r} is invalid (valid: {', '.join(valid)})")
         for key in ("n_trials", "n_jobs", "stale_after_s"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"hydra.sweeper.{key}={getattr(self, key)} must be positive (valid: > 0)")

@@ -2,7 +2,7 @@
 so the plugin class lives here and the work is done by `ablate.sweep.launch.process` (imported lazily: Hydra
 imports every plugin module at start-up, and this one must stay cheap).
 
-Configs: conf/hydra/launcher/sequential.yaml and parallel.yaml.
+Configs: hydra/launcher=sequential and parallel, registered in Hydra's ConfigStore by config.py.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
+import hydra_plugins.ablate_launcher.config  # noqa: F401  registers hydra/launcher=sequential, parallel
+
 
 class ProcessLauncher(Launcher):
     """Each job in its own process on this machine, `workers` at a time, `threads_per_job` threads each."""
 
     def __init__(self, workers: int | None = None, threads_per_job: int | None = None, stop_timeout_s: float = 60.0):
         from ablate.cli.common import fail
-        from ablate.config import ConfigError
-        from ablate.sweep.launch.settings import parse_process_settings
+        from ablate.config import ConfigError, parse_process_settings
 
         try:  # Hydra builds the launcher before the sweep's first job is planned: nothing exists yet
             self.settings = parse_process_settings(

@@ -2,5 +2,5 @@
 so the plugin class lives here; the work is done by `ablate.search.driver` (imported lazily:
 Hydra imports every plugin module at start-up, and this one must stay cheap).
 
-Config: conf/hydra/sweeper/optuna.yaml (`hydra/sweeper=optuna`, or `+sweep=lr`).
+Config: `hydra/sweeper=optuna` (or `+sweep=lr`), registered in Hydra's ConfigStore by config.py.
 """

@@ -9,10 +9,12 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+import hydra_plugins.ablate_optuna.config  # noqa: F401  registers hydra/sweeper=optuna
+
 
 class OptunaSweeper(Sweeper):
     def __init__(self, **settings: Any) -> None:
-        # Every key of conf/hydra/sweeper/optuna.yaml; validated as ablate.search.SearchConfig.
+        # Every key of hydra.sweeper, composed against ablate.config.search.SearchConfig.
         self.settings = settings
         self.config: DictConfig | None = None
         self.launcher = None

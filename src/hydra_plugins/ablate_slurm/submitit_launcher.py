@@ -2,7 +2,7 @@
 so the plugin class lives here and the work is done by `ablate.sweep.launch.slurm` (imported lazily:
 Hydra imports every plugin module at start-up, and this one must stay cheap).
 
-Configs: conf/hydra/launcher/slurm.yaml and submitit_local.yaml.
+Configs: hydra/launcher=slurm and submitit_local, registered in Hydra's ConfigStore by config.py.
 """
 
 from __future__ import annotations
@@ -15,17 +15,18 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
+import hydra_plugins.ablate_slurm.config  # noqa: F401  registers hydra/launcher=slurm, submitit_local
+
 
 class SubmititLauncher(Launcher):
     """A multirun as one job array through submitit: on SLURM, or as local processes."""
 
     def __init__(self, **params: Any) -> None:
         from ablate.cli.common import fail
-        from ablate.config import ConfigError
-        from ablate.sweep.launch.slurm import parse_settings
+        from ablate.config import ConfigError, parse_submitit_settings
 
         try:
-            self.settings = parse_settings(params)
+            self.settings = parse_submitit_settings(params)
         except ConfigError as exc:
             fail(str(exc))
         self.hydra_context: HydraContext | None = None

@@ -6,5 +6,4 @@ worker.py   the warm worker: imports once, forks one process per job
 job.py      run_here: compose one job's config and run it in this process; run_all_here: several, in order
 returns.py  a job's JobReturn as JSON (to_json, from_json): nothing a job writes is unpickled
 slurm.py    launch: a SLURM job array through submitit (or submitit's local executor)
-settings.py ProcessSettings: the process launchers' settings, parsed when Hydra builds the launcher
 """

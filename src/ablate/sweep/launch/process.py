@@ -30,13 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ablate.config import ProcessSettings
 from ablate.files import read_json, write_json
 from ablate.host import available_cores
 from ablate.sweep.context import read_sweep_file
 from ablate.sweep.launch.job import run_all_here
 from ablate.sweep.launch.pool import Exited, Pool, wait_all
 from ablate.sweep.launch.returns import from_json
-from ablate.sweep.launch.settings import ProcessSettings
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class Job:
 
 def resources(settings: ProcessSettings, n_jobs: int, cores: int) -> Resources:
     """Workers (never more than jobs) and threads per job so that workers x threads <= cores; the
-    settings come checked from settings.parse_process_settings."""
+    settings come checked from config.parse_process_settings."""
     workers = max(1, min(settings.workers or cores, n_jobs))
     threads = settings.threads_per_job or max(1, cores // workers)
     return Resources(workers, threads)

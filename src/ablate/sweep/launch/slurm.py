@@ -28,11 +28,11 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from ablate.config import ConfigError, build
+from ablate.config import SubmititSettings
 from ablate.files import write_json
 from ablate.sweep.context import read_sweep_file
 from ablate.tracking.tags import REASON_TAG, SWEEP_TAG
@@ -43,69 +43,13 @@ FAILED_STATUSES = ("failed", "killed")
 
 
 @dataclass
-class LauncherSettings:
-    """hydra.launcher for slurm.yaml and submitit_local.yaml (see those files for each key)."""
-
-    cluster: Literal["slurm", "local"] = "slurm"
-    submitit_folder: str = ".submitit/%j"
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
-    timeout_min: int = 60
-    gpus_per_task: int | None = None
-    cpus_per_task: int | None = None
-    mem_gb: float | None = None
-    array_parallelism: int = 256
-    max_num_timeout: int = 3
-    signal_delay_s: int = 120
-    job_name: str = "ablate"
-    driver_timeout_min: int | None = None
-    python: str | None = None
-    setup: list = field(default_factory=list)
-    additional_parameters: dict = field(default_factory=dict)
-    poll_s: float = 5.0
-
-    def validate(self) -> None:
-        for key in ("timeout_min", "array_parallelism", "poll_s", "driver_timeout_min"):
-            _check(key, getattr(self, key), minimum=1)
-        for key in ("max_num_timeout", "signal_delay_s", "gpus_per_task"):
-            _check(key, getattr(self, key), minimum=0)
-        _check("cpus_per_task", self.cpus_per_task, minimum=1)
-        if self.mem_gb is not None and self.mem_gb <= 0:
-            raise ConfigError(
-                f"hydra.launcher.mem_gb={self.mem_gb} must be positive (valid: > 0, or null for the cluster's default)"
-            )
-        if self.signal_delay_s >= self.timeout_min * 60:
-            raise ConfigError(
-                f"hydra.launcher.signal_delay_s={self.signal_delay_s} is not shorter than the time limit "
-                f"({self.timeout_min} min) (valid: < {self.timeout_min * 60})"
-            )
-
-
-def _check(key: str, value, minimum: int) -> None:
-    if value is not None and value < minimum:
-        raise ConfigError(f"hydra.launcher.{key}={value} is too small (valid: >= {minimum})")
-
-
-def parse_settings(params: dict) -> LauncherSettings:
-    from omegaconf import OmegaConf
-
-    plain = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for k, v in params.items()}
-    plain.pop("_target_", None)
-    settings = build(LauncherSettings, plain, "hydra.launcher")
-    settings.validate()
-    return settings
-
-
-@dataclass
 class Resources:
     gpus_per_task: int
     cpus_per_task: int
     threads: int  # torch threads in the job: its CPUs (split across DDP ranks by distributed.py)
 
 
-def resources(settings: LauncherSettings, hardware: dict) -> Resources:
+def resources(settings: SubmititSettings, hardware: dict) -> Resources:
     """GPUs: hardware.gpus_per_node when the hardware is a CUDA device (hardware=cuda, h100, ...),
     else none; CPUs: one per training process (one per GPU, or hardware.gpus_per_node gloo
     processes on a CPU). hydra.launcher.gpus_per_task / cpus_per_task override both."""
@@ -117,7 +61,7 @@ def resources(settings: LauncherSettings, hardware: dict) -> Resources:
     return Resources(gpus_per_task=gpus, cpus_per_task=cpus, threads=cpus)
 
 
-def executor_for(settings: LauncherSettings, res: Resources, folder: Path):
+def executor_for(settings: SubmititSettings, res: Resources, folder: Path):
     import submitit
 
     cluster = settings.cluster
@@ -221,7 +165,7 @@ def launch(
     config,
     job_overrides: Sequence[Sequence[str]],
     initial_job_idx: int,
-    settings: LauncherSettings,
+    settings: SubmititSettings,
 ) -> list:
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
@@ -273,7 +217,7 @@ def _run_dir(cfg) -> Path:
     return Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
 
 
-def _max_resources(settings: LauncherSettings, hardware: list[dict]) -> Resources:
+def _max_resources(settings: SubmititSettings, hardware: list[dict]) -> Resources:
     """One array, one resource request: the largest any of its runs needs."""
     each = [resources(settings, hw) for hw in hardware]
     return Resources(
@@ -283,12 +227,12 @@ def _max_resources(settings: LauncherSettings, hardware: list[dict]) -> Resource
     )
 
 
-def _folder(settings: LauncherSettings, sweep_dir: Path) -> Path:
+def _folder(settings: SubmititSettings, sweep_dir: Path) -> Path:
     folder = Path(settings.submitit_folder)
     return folder if folder.is_absolute() else sweep_dir / folder
 
 
-def _record(sweep_dir: Path, settings: LauncherSettings, res: Resources, submitted: list[Submitted]) -> None:
+def _record(sweep_dir: Path, settings: SubmititSettings, res: Resources, submitted: list[Submitted]) -> None:
     """SWEEP_DIR/jobs.json (appended to, one entry per array) and a log link in each run dir."""
 
     path = sweep_dir / JOBS_FILE

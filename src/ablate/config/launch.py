@@ -1,0 +1,117 @@
+"""The launchers' settings (hydra.launcher): the process launchers' (sequential, parallel) and the
+submitit launcher's (slurm, submitit_local). These dataclasses are the schema Hydra composes against:
+each plugin registers them in Hydra's ConfigStore with its `_target_` (hydra_plugins/*/config.py),
+so an unknown key or a value of the wrong type stops at composition, in one line (cli/common.explain);
+the launcher parses its arguments with them again when Hydra builds it, for the ranges a type cannot
+say, before the sweep's first job is planned, so that a bad `hydra.launcher.*` leaves nothing behind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ablate.config.schema import build
+from ablate.errors import ConfigError
+
+SUBMITIT_CLUSTERS = ("slurm", "local")  # submitit's executors: a SLURM job array, or local processes
+
+
+@dataclass
+class ProcessSettings:
+    """hydra.launcher of the process launchers: each job in its own process on this machine."""
+
+    workers: int | None = None  # runs at once; None: one per core
+    threads_per_job: int | None = None  # torch threads per run; None: cores // workers
+    stop_timeout_s: float = 60.0  # after SIGTERM, how long a job may take to stop before SIGKILL
+
+    def validate(self) -> None:
+        for key in ("workers", "threads_per_job"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(
+                    f"hydra.launcher.{key}={value} is invalid (valid: a whole number >= 1, or null for automatic)"
+                )
+        if self.stop_timeout_s < 0:
+            raise ConfigError(f"hydra.launcher.stop_timeout_s={self.stop_timeout_s} is negative (valid: >= 0 seconds)")
+
+
+@dataclass
+class SubmititSettings:
+    """hydra.launcher of the submitit launcher: a multirun as one job array, on SLURM or locally."""
+
+    cluster: str = "slurm"  # slurm: sbatch job arrays; local: submitit's local executor (debugging)
+    # submitit's pickles and the jobs' logs, relative to the sweep dir (or absolute). Compute nodes
+    # must see it, as they must see the sweep dir, the MLflow store and the venv.
+    submitit_folder: str = ".submitit/%j"
+    partition: str | None = None  # None: the cluster's default partition
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None  # a node feature, e.g. h100
+    timeout_min: int = 60  # each job's time limit; USR2 arrives signal_delay_s before it
+    # None: from the hardware config; GPUs hardware.gpus_per_node for a CUDA preset, CPUs one per
+    # training process
+    gpus_per_task: int | None = None
+    cpus_per_task: int | None = None
+    mem_gb: float | None = None  # None: the partition's default
+    array_parallelism: int = 256  # tasks of the array running at once
+    max_num_timeout: int = 3  # requeues after hitting the time limit; preemptions do not count
+    signal_delay_s: int = 120  # seconds between USR2 and the end of the time limit
+    job_name: str = "ablate"
+    # `ablate submit`: the time limit of the job that waits for the array (None: the partition's)
+    driver_timeout_min: int | None = None
+    python: str | None = None  # the interpreter compute nodes run; None: the one launching
+    setup: list[str] = field(default_factory=list)  # shell lines before each job, e.g. module load cuda
+    additional_parameters: dict[str, Any] = field(default_factory=dict)  # any other sbatch option
+    poll_s: float = 5.0  # seconds between checks of the jobs' states
+
+    def validate(self) -> None:
+        if self.cluster not in SUBMITIT_CLUSTERS:
+            raise ConfigError(
+                f"hydra.launcher.cluster={self.cluster} is not a submitit executor "
+                f"(valid: {', '.join(SUBMITIT_CLUSTERS)})"
+            )
+        for key in ("timeout_min", "array_parallelism", "poll_s", "driver_timeout_min"):
+            _at_least(key, getattr(self, key), 1)
+        for key in ("max_num_timeout", "signal_delay_s", "gpus_per_task"):
+            _at_least(key, getattr(self, key), 0)
+        _at_least("cpus_per_task", self.cpus_per_task, 1)
+        if self.mem_gb is not None and self.mem_gb <= 0:
+            raise ConfigError(
+                f"hydra.launcher.mem_gb={self.mem_gb} must be positive (valid: > 0, or null for the cluster's default)"
+            )
+        if self.signal_delay_s >= self.timeout_min * 60:
+            raise ConfigError(
+                f"hydra.launcher.signal_delay_s={self.signal_delay_s} is not shorter than the time limit "
+                f"({self.timeout_min} min) (valid: < {self.timeout_min * 60})"
+            )
+
+
+def _at_least(key: str, value, minimum: int) -> None:
+    if value is not None and value < minimum:
+        raise ConfigError(f"hydra.launcher.{key}={value} is too small (valid: >= {minimum})")
+
+
+def parse_process_settings(tree: dict) -> ProcessSettings:
+    """The process launchers' settings from the arguments Hydra builds the launcher with."""
+    settings = build(ProcessSettings, _plain(tree), "hydra.launcher")
+    settings.validate()
+    return settings
+
+
+def parse_submitit_settings(tree: dict) -> SubmititSettings:
+    """The submitit launcher's settings from the arguments Hydra builds it with (`ablate submit`: from
+    the composed hydra.launcher)."""
+    settings = build(SubmititSettings, _plain(tree), "hydra.launcher")
+    settings.validate()
+    return settings
+
+
+def _plain(tree: dict | None) -> dict:
+    """Hydra's arguments as plain values: nested configs resolved, the plugin's `_target_` left out."""
+    from omegaconf import OmegaConf
+
+    plain = {
+        k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for k, v in (tree or {}).items()
+    }
+    plain.pop("_target_", None)
+    return plain
