@@ -174,8 +174,8 @@ def task(cfg) -> dict:
     return {"out": str(cc.out_dir), "verdict": report.verdict.level}
 
 
-def main() -> None:
-    hydra_main(task, config_name="compare")
+def main(argv: list[str] | None = None) -> None:
+    hydra_main(task, config_name="compare", argv=argv)
 
 
 if __name__ == "__main__":

@@ -207,8 +207,8 @@ def run_metrics(report) -> dict:
     return metrics
 
 
-def main() -> None:
-    hydra_main(task, config_name="fit", name="fit", summary=SUMMARY, example=EXAMPLE)
+def main(argv: list[str] | None = None) -> None:
+    hydra_main(task, config_name="fit", name="fit", summary=SUMMARY, example=EXAMPLE, argv=argv)
 
 
 if __name__ == "__main__":

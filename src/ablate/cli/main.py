@@ -11,20 +11,19 @@ import importlib
 import sys
 
 # name -> (module with main(), one line for `ablate --help`, how it takes its arguments: "argv", its
-# main takes them and returns an exit status; "hydra", its main takes them and runs a Hydra app;
-# "hydra-sys-argv", a Hydra app that reads them from sys.argv)
+# main takes them and returns an exit status; "hydra", its main takes them and runs a Hydra app)
 COMMANDS = {
     "train": ("ablate.cli.train", "one training run, or a sweep with +sweep=NAME or --multirun (the default)", "hydra"),
-    "fit": ("ablate.cli.fit", "fit scaling laws to an experiment's runs or to a points CSV", "hydra-sys-argv"),
+    "fit": ("ablate.cli.fit", "fit scaling laws to an experiment's runs or to a points CSV", "hydra"),
     "compare": (
         "ablate.cli.compare",
         "an ablation's arms as compute multipliers against a baseline, across scale",
-        "hydra-sys-argv",
+        "hydra",
     ),
     "backtest": (
         "ablate.cli.backtest",
         "how often a fit's 95% interval holds runs past the data it saw",
-        "hydra-sys-argv",
+        "hydra",
     ),
     "plan": ("ablate.cli.plan", "price a big run: FLOPs, memory, hours, cost, predicted loss, what binds", "hydra"),
     "predict": (
@@ -87,10 +86,6 @@ def main(argv: list[str] | None = None) -> None:
     module = importlib.import_module(module_name)
     if style == "hydra":
         module.main(args)
-        return
-    if style == "hydra-sys-argv":  # common.hydra_main reads them from the process's arguments
-        sys.argv = [f"{sys.argv[0]} {name}", *args]
-        module.main()
         return
     code = module.main(args)
     if code:
