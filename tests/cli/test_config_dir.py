@@ -72,3 +72,19 @@ def test_a_config_dir_that_is_not_a_folder_is_one_line(cli, workdir, flag):
     proc = cli(["model=mine", *flag], workdir)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: --config-dir no_such_folder ") and len(proc.stderr.splitlines()) == 1
+
+
+def test_your_presets_are_options_in_help_in_errors_and_in_hydras_printouts(cli, workdir):
+    """A preset of your own is listed where the packaged ones are: `--help`, the valid options of a
+    mistyped choice, and Hydra's print-only flags (`--cfg job`), which are checked first."""
+    mine = str(presets(workdir / "my_presets", MINE))
+    helped = cli(["--config-dir", mine, "--help"], workdir)
+    (line,) = [ln for ln in helped.stdout.splitlines() if ln.lstrip().startswith("model ") and "micro*" in ln]
+    assert " mine " in f"{line} "
+    typo = cli(["--config-dir", mine, "model=mien", *TINY], workdir)
+    assert typo.returncode == 2
+    assert "model=mien is not a known option (valid: " in typo.stderr and ", mine, " in typo.stderr
+    printed = cli(["--config-dir", mine, "model=mine", "--cfg", "job"], workdir)
+    assert printed.returncode == 0, printed.stderr
+    assert yaml.safe_load(printed.stdout)["model"]["name"] == "mine"
+    assert not (workdir / "outputs").exists()

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import NoReturn
 
-from ablate.config import CONF_DIR, ConfigError, group_options, parse_run
+from ablate.config import CONF_DIR, CONF_MODULE, CONF_PATH, ConfigError, group_options, parse_run
 from ablate.files import check_writable_dir
 
 
@@ -37,11 +37,11 @@ def hydra_main(
     argv = sys.argv[1:] if argv is None else list(argv)
     if not (CONF_DIR / f"{config_name}.yaml").is_file():
         fail(
-            f"no {config_name}.yaml in {CONF_DIR} "
-            "(valid: run from a checkout installed with `make install`, or set ABLATE_CONF)"
+            f"no {config_name}.yaml among the package's presets ({CONF_DIR}) "
+            "(valid: an installation of ablate that has its presets: pip install it again, or `make install`)"
         )
     if any(a in ("-h", "--help") for a in argv):
-        print(command_help(config_name, name or config_name, summary, example))
+        print(command_help(config_name, name or config_name, summary, example, hydra_args(argv).config_dir))
         return None
     args = hydra_args(argv)
     if config_name == "config":
@@ -68,9 +68,9 @@ def _hydra_itself(task: Callable, config_name: str, args) -> None:
     from hydra._internal.utils import _run_hydra, get_args_parser
 
     if not os.environ.get("HYDRA_FULL_ERROR"):
-        precheck(args.overrides, config_name, args.multirun, deep=False)  # printed, not run
+        precheck(args.overrides, config_name, args.multirun, deep=False, config_dir=args.config_dir)  # printed
     parser = get_args_parser()
-    _run_hydra(args=args, args_parser=parser, task_function=task, config_path=str(CONF_DIR), config_name=config_name)
+    _run_hydra(args=args, args_parser=parser, task_function=task, config_path=CONF_PATH, config_name=config_name)
 
 
 def run_app(task: Callable, config_name: str, args, setup: Callable | None = None):
@@ -83,7 +83,7 @@ def run_app(task: Callable, config_name: str, args, setup: Callable | None = Non
     hydra = _create_hydra(task, args.config_dir)
     try:
         overrides = [*args.overrides, *(["hydra.mode=MULTIRUN"] if args.multirun else [])]
-        cfg = _compose_master(hydra, config_name, overrides)
+        cfg = _compose_master(hydra, config_name, overrides, args.config_dir)
         if cfg.hydra.mode == RunMode.MULTIRUN:
             return _multirun(hydra, cfg, config_name, task)
         _run(hydra, cfg, config_name, task, setup)
@@ -104,7 +104,7 @@ def _create_hydra(task: Callable, config_dir: str | None):
     from hydra.core.config_search_path import SearchPathQuery
 
     calling_file, calling_module = detect_calling_file_or_module_from_task_function(task)
-    search_path = create_automatic_config_search_path(calling_file, calling_module, str(CONF_DIR))
+    search_path = create_automatic_config_search_path(calling_file, calling_module, CONF_PATH)
     if config_dir is not None:
         path = os.path.abspath(config_dir)
         if not os.path.isdir(path):
@@ -115,7 +115,7 @@ def _create_hydra(task: Callable, config_dir: str | None):
     )
 
 
-def _compose_master(hydra, config_name: str, overrides: list[str]):
+def _compose_master(hydra, config_name: str, overrides: list[str], config_dir: str | None = None):
     """The command's one composition, as Hydra composes a multirun's master config (sweep values
     allowed until the mode is known); one line on a bad override. A single run's overrides are then
     checked as Hydra checks them for a run, and its mode recorded as Hydra records it."""
@@ -132,7 +132,7 @@ def _compose_master(hydra, config_name: str, overrides: list[str]):
             cfg.hydra.mode = RunMode.RUN
             cfg.hydra.overrides.hydra.append("hydra.mode=RUN")
     except (HydraException, OmegaConfBaseException) as exc:
-        fail(explain(exc, overrides, config_name))
+        fail(explain(exc, overrides, config_name, config_dir))
     return cfg
 
 
@@ -199,12 +199,12 @@ EXTRA_GROUPS = {
 }
 
 
-def command_help(config_name: str, name: str, summary: str, example: str) -> str:
+def command_help(config_name: str, name: str, summary: str, example: str, config_dir: str | None = None) -> str:
     """A command's help: what it does, its config groups and their options, its own keys with their
     defaults (from the composed conf/<config_name>.yaml), and one example."""
     from omegaconf import OmegaConf
 
-    cfg = _compose(config_name, [])
+    cfg = _compose(config_name, [], config_dir)
     # Hydra records the choices last-composed first; reversed, they read in the defaults list's order.
     picked = OmegaConf.to_container(cfg.hydra.runtime.choices).items()
     choices = {g: c for g, c in reversed(list(picked)) if not g.startswith("hydra/")}
@@ -215,7 +215,7 @@ def command_help(config_name: str, name: str, summary: str, example: str) -> str
         lines += ["", "config groups (GROUP=OPTION; * the default):"]
         width = max(len(flag) for flag, _, _ in groups)
         for flag, directory, default in groups:
-            options = group_options(directory)
+            options = group_options(directory, config_dir)
             listed = " ".join(f"{o}*" if o == default else o for o in options)
             lines.append(f"  {flag:<{width}}  {listed}")
     tree = OmegaConf.to_container(cfg, resolve=False)
@@ -285,7 +285,9 @@ def check_sweep(cfg) -> None:
         fail(str(exc))
 
 
-def precheck(args: list[str], config_name: str, multirun: bool = False, deep: bool = True) -> None:
+def precheck(
+    args: list[str], config_name: str, multirun: bool = False, deep: bool = True, config_dir: str | None = None
+) -> None:
     """For a command that does not run the config itself (`ablate submit`, which a driver job runs
     later; Hydra's print-only flags): compose it with the first value of each sweep, and again for
     every other option a config group sweeps over (a typo fails in one line that names the valid
@@ -310,13 +312,13 @@ def precheck(args: list[str], config_name: str, multirun: bool = False, deep: bo
             trials.append(trial)
     for i, overrides in enumerate(trials):
         try:
-            cfg = _compose(config_name, overrides)
+            cfg = _compose(config_name, overrides, config_dir)
             if i == 0 and config_name == "config" and deep and _is_sweep(cfg, multirun):
                 check_sweep_config(cfg)
         except ConfigError as exc:
             fail(str(exc))
         except (HydraException, OmegaConfBaseException) as exc:
-            fail(explain(exc, overrides, config_name))
+            fail(explain(exc, overrides, config_name, config_dir))
 
 
 def _is_group(override) -> bool:
@@ -367,14 +369,17 @@ def resolved_task(cfg) -> dict:
     }
 
 
-def _compose(config_name: str, overrides: list[str]):
-    from hydra import compose, initialize_config_dir
+def _compose(config_name: str, overrides: list[str], config_dir: str | None = None):
+    """One composition over the package's presets (pkg://ablate.conf), and a user's own
+    (`--config-dir DIR`, added to Hydra's search path as hydra.searchpath)."""
+    from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    extra = [f"hydra.searchpath=[file://{os.path.abspath(config_dir)}]"] if config_dir else []
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+        with initialize_config_module(config_module=CONF_MODULE, version_base="1.3"):
+            return compose(config_name=config_name, overrides=[*overrides, *extra], return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()
 
@@ -392,7 +397,7 @@ def _with_value(override, value: str) -> str:
     return f"{override.get_key_element()}={value}"
 
 
-def explain(exc: Exception, overrides: list[str], config_name: str = "config") -> str:
+def explain(exc: Exception, overrides: list[str], config_name: str = "config", config_dir: str | None = None) -> str:
     """One line for Hydra's composition errors: what was asked for and what is valid."""
     from hydra.errors import MissingConfigException
     from omegaconf import OmegaConf
@@ -400,7 +405,7 @@ def explain(exc: Exception, overrides: list[str], config_name: str = "config") -
     if isinstance(exc, MissingConfigException) or "Could not find" in str(exc):
         for o in overrides:
             key, _, value = o.lstrip("+~").partition("=")
-            options = group_options(key)
+            options = group_options(key, config_dir)
             unknown = [v for v in value.split(",") if v not in options]  # a sweep's values, each
             if options and unknown:
                 return f"{key}={unknown[0]} is not a known option (valid: {', '.join(options)})"
@@ -414,7 +419,7 @@ def explain(exc: Exception, overrides: list[str], config_name: str = "config") -
         key = text.split("'")[1]
         rest = [_one_value(o) for o in overrides if not o.lstrip("+~").startswith(f"{key}=")]
         try:
-            node = _compose(config_name, rest)
+            node = _compose(config_name, rest, config_dir)
             parent = key.rpartition(".")[0]
             while parent and not OmegaConf.is_dict(OmegaConf.select(node, parent)):
                 key, parent = parent, parent.rpartition(".")[0]  # trian.steps: 'trian' is the unknown key

@@ -14,12 +14,14 @@ CONF_PATH = f"pkg://{CONF_MODULE}"
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
-def group_options(group: str) -> list[str]:
-    """A config group's options: the package's presets (CONF_DIR/GROUP/*.yaml) and the configs that
-    plugins register in Hydra's ConfigStore under that group (the launchers, the sweepers)."""
+def group_options(group: str, config_dir: str | None = None) -> list[str]:
+    """A config group's options: the package's presets (CONF_DIR/GROUP/*.yaml), a user's own
+    (`--config-dir DIR`: DIR/GROUP/*.yaml) and the configs that plugins register in Hydra's
+    ConfigStore under that group (the launchers, the sweepers)."""
     from hydra.core.config_store import ConfigStore
 
-    files = {p.stem for p in (CONF_DIR / group).glob("*.yaml")}
+    roots = [CONF_DIR, *([Path(config_dir)] if config_dir else [])]
+    files = {p.stem for root in roots for p in (root / group).glob("*.yaml")}
     try:
         stored = {Path(name).stem for name in ConfigStore.instance().list(group)}
     except OSError:  # ConfigStore raises IOError for a group it does not hold
