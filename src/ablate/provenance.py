@@ -52,6 +52,8 @@ def config_hash(cfg: RunConfig, hardware=None) -> str:
     if flat.get("data.kind") == "text" and flat.get("data.tokenizer") == "bytes":
         flat.pop("data.tokenizer", None)
         flat.pop("data.vocab_size", None)
+    if flat.get("data.val_split") == "tail":  # the split every text run had before there was a choice
+        flat.pop("data.val_split", None)
     if flat.get("data.kind") == "tokens" and not flat.get("data.dir"):
         flat.pop("data.dir", None)
     if hardware is not None:

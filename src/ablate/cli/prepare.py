@@ -58,6 +58,7 @@ def task(cfg) -> None:
                 vocab_size=None if pc.tokenizer else pc.vocab_size,
                 tokenizer_file=Path(pc.tokenizer) if pc.tokenizer else None,
                 progress=bar.update,
+                val_split=pc.val_split,
             )
     except ConfigError as exc:
         fail(str(exc))

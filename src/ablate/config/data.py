@@ -56,6 +56,9 @@ class SyntheticDataConfig:
             raise ConfigError(f"data.seed={self.seed} is negative (valid: >= 0)")
 
 
+VAL_SPLITS = ("tail", "files")  # how a text corpus is split into train and validation (data/corpus.py)
+
+
 @dataclass
 class TextDataConfig:
     kind: Literal["text"] = "text"
@@ -66,6 +69,9 @@ class TextDataConfig:
     glob: str = "**/*.py"
     max_bytes: int = 20_000_000
     val_fraction: float = 0.05
+    # tail: the last val_fraction of the bytes; files: whole files drawn across the corpus by a hash
+    # of their path, until they hold val_fraction of it (data/corpus.py)
+    val_split: Literal["tail", "files"] = "tail"
     # bytes: one token per byte (vocab 256). bpe: a byte-level BPE tokenizer of vocab_size entries
     # trained on the train split (data/tokenizer.py), its token files cached under cache_dir.
     tokenizer: Literal["bytes", "bpe"] = "bytes"
@@ -142,6 +148,7 @@ class PrepareConfig:
     glob: str = "**/*.py"
     max_bytes: int = 20_000_000
     val_fraction: float = 0.05
+    val_split: str = "tail"  # tail | files, as data.val_split (data/corpus.py)
     progress: bool = True
 
     def validate(self) -> None:
@@ -153,6 +160,8 @@ class PrepareConfig:
             raise ConfigError(f"vocab_size={self.vocab_size} is out of range (valid: 257 to 65536)")
         if not 0.0 < self.val_fraction < 1.0:
             raise ConfigError(f"val_fraction={self.val_fraction} is invalid (valid: 0 < val_fraction < 1)")
+        if self.val_split not in VAL_SPLITS:
+            raise ConfigError(f"val_split={self.val_split} is not a way to split (valid: {', '.join(VAL_SPLITS)})")
         require_positive("max_bytes", self.max_bytes)
 
 

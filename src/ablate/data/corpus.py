@@ -1,8 +1,11 @@
 """Your text files as one byte stream: which files, in which order, and where validation starts.
 
-The files are read in sorted order (reproducible) up to `max_bytes`; the last `val_fraction` of the
-bytes is the validation split. Byte-level runs and tokenized runs cut the stream at the same byte,
-so their validation text is the same and bits per byte compare them.
+The files are read in sorted order (reproducible) up to `max_bytes`. The validation split is either
+the last `val_fraction` of the bytes (`val_split=tail`), or whole files drawn across the corpus
+(`val_split=files`): the files ranked first by a hash of their path, until they hold val_fraction of
+the bytes. A tail is one stretch of the text (in a corpus read package by package, the end of the
+last package); files drawn by hash are a sample of every part of it. Byte-level runs and tokenized
+runs split the text the same way, so their validation text is the same and bits per byte compare them.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ class Corpus:
     def size(self) -> int:
         return sum(map(len, self.chunks))
 
-    def split(self, val_fraction: float) -> tuple[list[bytes], list[bytes]]:
-        """(train chunks, val chunks): the last val_fraction of the bytes, at least one byte, is val."""
+    def split(self, val_fraction: float, val_split: str = "tail") -> tuple[list[bytes], list[bytes]]:
+        """(train chunks, val chunks), by `val_split` (module doc): at least one byte is val."""
+        if val_split == "files":
+            return self._split_files(val_fraction)
         n_val = max(1, int(self.size * val_fraction))
         cut = self.size - n_val
         train, val, seen = [], [], 0
@@ -42,6 +47,29 @@ class Corpus:
                 val.append(chunk[cut - seen :])
             seen += len(chunk)
         return [c for c in train if c], [c for c in val if c]
+
+    def val_files(self, val_fraction: float) -> set[int]:
+        """The indices of the files `val_split=files` holds out: ranked by sha256 of the path, taken
+        until they hold at least val_fraction of the bytes, never every file."""
+        if len(self.files) < 2:
+            raise ConfigError(
+                f"data.val_split=files needs at least 2 files and the corpus has {len(self.files)} "
+                "(valid: more files, or val_split=tail)"
+            )
+        order = sorted(range(len(self.files)), key=lambda i: hashlib.sha256(str(self.files[i]).encode()).hexdigest())
+        need, held, got = max(1, int(self.size * val_fraction)), set(), 0
+        for i in order[:-1]:
+            held.add(i)
+            got += len(self.chunks[i])
+            if got >= need:
+                break
+        return held
+
+    def _split_files(self, val_fraction: float) -> tuple[list[bytes], list[bytes]]:
+        held = self.val_files(val_fraction)
+        train = [c for i, c in enumerate(self.chunks) if i not in held and c]
+        val = [c for i, c in enumerate(self.chunks) if i in held and c]
+        return train, val
 
     def fingerprint(self) -> str:
         """Which files and how much of each: a change of either means new tokens."""

@@ -135,7 +135,7 @@ def _text(cfg: TextDataConfig) -> TokenData:
     corpus = read_corpus(cfg.paths, cfg.glob, cfg.max_bytes)
     if cfg.tokenizer == "bpe":
         return _bpe(cfg, corpus)
-    train, val = corpus.split(cfg.val_fraction)
+    train, val = corpus.split(cfg.val_fraction, cfg.val_split)
     return TokenData(
         name=cfg.name,
         train=np.frombuffer(b"".join(train), dtype=np.uint8),
@@ -164,14 +164,14 @@ def _bpe(cfg: TextDataConfig, corpus) -> TokenData:
     from ablate.data import tokenizer
 
     vocab = cfg.vocab_size or DEFAULT_BPE_VOCAB
-    folder = Path(cfg.cache_dir).expanduser() / tokenizer.cache_key(corpus, cfg.val_fraction, vocab)
+    folder = Path(cfg.cache_dir).expanduser() / tokenizer.cache_key(corpus, cfg.val_fraction, vocab, cfg.val_split)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         meta = tokenizer.read_meta(folder)
         if meta is None:
             print(f"data: training a {vocab}-token BPE tokenizer on {corpus.size:,} bytes -> {folder}", file=sys.stderr)
-            meta = tokenizer.prepare(corpus, folder, cfg.val_fraction, vocab_size=vocab)
+            meta = tokenizer.prepare(corpus, folder, cfg.val_fraction, vocab_size=vocab, val_split=cfg.val_split)
     return _prepared(folder, meta, cfg.name)
 
 

@@ -91,13 +91,14 @@ def prepare(
     vocab_size: int | None = None,
     tokenizer_file: Path | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    val_split: str = "tail",
 ) -> PreparedMeta:
     """Train (or load) the tokenizer, encode both splits into token files, record it all.
 
     progress(phase, bytes_done, bytes_total) is called as the encoding goes. Every file appears
     complete or not at all; meta.json is written last, so a folder with it is a finished one.
     """
-    train, val = corpus.split(val_fraction)
+    train, val = corpus.split(val_fraction, val_split)
     if tokenizer_file is not None:
         tok = load_tokenizer(tokenizer_file)
         source = str(tokenizer_file)
@@ -168,12 +169,14 @@ def load_tokens(directory: Path, split: str, meta: PreparedMeta) -> np.memmap:
     return np.memmap(Path(directory) / f"{split}.bin", dtype=np.dtype(meta.dtype).newbyteorder("<"), mode="r")
 
 
-def cache_key(corpus: Corpus, val_fraction: float, vocab_size: int) -> str:
-    """A prepared folder's name under the cache: the corpus, the split and the vocabulary."""
+def cache_key(corpus: Corpus, val_fraction: float, vocab_size: int, val_split: str = "tail") -> str:
+    """A prepared folder's name under the cache: the corpus, the split and the vocabulary (the
+    default tail split adds nothing, so folders prepared before val_split existed are found again)."""
 
     import tokenizers
 
-    blob = f"{corpus.fingerprint()}|{val_fraction}|{vocab_size}|{tokenizers.__version__}"
+    how = "" if val_split == "tail" else f"|{val_split}"
+    blob = f"{corpus.fingerprint()}|{val_fraction}|{vocab_size}|{tokenizers.__version__}{how}"
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
