@@ -39,17 +39,39 @@ def die_with_parent(parent_pid: int) -> None:
         raise SystemExit(f"the launcher (pid {parent_pid}) is gone")
 
 
+class Interrupted(KeyboardInterrupt):
+    """A signal turned into KeyboardInterrupt by interrupt_on: the same clean-up as Ctrl-C, and the
+    signal's number for the exit status (128 + signum, the shell's convention)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signal.Signals(signum).name}")
+        self.signum = signum
+
+
 def interrupt_on(*signals) -> None:
-    """The first of `signals` becomes KeyboardInterrupt, so a run records itself as KILLED and keeps
-    its checkpoint; later ones are ignored so that this clean-up is not cut short."""
+    """The first of `signals` becomes KeyboardInterrupt (Interrupted), so a run records itself as
+    KILLED and keeps its checkpoint, and a sweep stops its jobs and closes its records; later ones
+    are ignored so that this clean-up is not cut short."""
 
     def handler(signum, frame):
         for s in signals:
             signal.signal(s, signal.SIG_IGN)
-        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+        raise Interrupted(signum)
 
     for s in signals:
         signal.signal(s, handler)
+
+
+def interrupting_signal(exc: BaseException | None) -> int | None:
+    """The signal behind a KeyboardInterrupt, through the exceptions raised while handling it (a
+    launcher re-raises its own once it has stopped its jobs); None for Ctrl-C's own."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, Interrupted):
+            return exc.signum
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def flush_std_streams() -> None:

@@ -255,6 +255,34 @@ def test_ctrl_c_stops_a_sweep_in_one_line_and_the_same_command_resumes_it(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.e2e
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_to_the_launcher_alone_closes_every_record(tmp_path, cli, run_statuses, signum):
+    """kill PID (a scheduler, a container stopping) or a closed terminal, sent to the launcher's
+    process only, not its group: it stops its jobs as Ctrl-C does, one line, exit 128 + the signal,
+    every MLflow run KILLED (the two runs and the sweep's parent), none left RUNNING."""
+    args = [*SWEEP, "train.steps=200,201", "train.checkpoint_interval=10"]
+    stderr = tmp_path / "stderr.txt"
+    proc = cli.start(args, tmp_path, stderr=stderr)
+    try:
+        deadline = time.time() + TIMEOUT_S
+        while len(list((tmp_path / ".ablate" / "state").glob("*/checkpoint.pt"))) < 2:
+            assert proc.poll() is None and time.time() < deadline, "the sweep ended before it could be signalled"
+            time.sleep(0.5)
+        sent = stderr.stat().st_size
+        proc.send_signal(signum)
+        assert proc.wait(600) == 128 + signum
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    printed = stderr.read_bytes()
+    after = [ln.rstrip() for ln in printed[sent:].decode(errors="replace").splitlines()]
+    assert len(after) == 1 and after[0].startswith("interrupted: 2 running job(s) stopped"), after
+    assert b"Traceback" not in printed
+    assert sorted(run_statuses(tmp_path / "mlflow.db")) == ["KILLED"] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_without_fork_each_job_gets_a_fresh_worker(tmp_path, cli):
     """Where fork is not available (or ABLATE_WORKER_FORK=0), each job runs in a worker of its own
     and the results come back the same way."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -12,6 +13,7 @@ from typing import NoReturn
 
 from ablate.config import CONF_DIR, CONF_MODULE, CONF_PATH, ConfigError, group_options, parse_run
 from ablate.files import check_writable_dir
+from ablate.host import interrupting_signal
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -53,13 +55,14 @@ def hydra_main(
     except KeyboardInterrupt as exc:
         # The run (or each run of a sweep) has recorded itself KILLED and kept its checkpoint; a
         # launcher that stopped its jobs says how many in the exception (sweep/launch/process.py).
+        # SIGTERM and SIGHUP arrive as KeyboardInterrupt too (cli/main.entry): 128 + their number.
         print(
             f"interrupted: {exc}"
             if str(exc)
             else "interrupted (Ctrl-C): runs stopped are KILLED in MLflow; the same command resumes them",
             file=sys.stderr,
         )
-        raise SystemExit(130) from None  # 128 + SIGINT, the shell's convention
+        raise SystemExit(128 + (interrupting_signal(exc) or signal.SIGINT)) from None
 
 
 def _hydra_itself(task: Callable, config_name: str, args) -> None:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import gc
 import importlib
+import signal
 import sys
+
+from ablate.host import interrupt_on
 
 # name -> (module with main(), one line for `ablate --help`, how it takes its arguments: "argv", its
 # main takes them and returns an exit status; "hydra", its main takes them and runs a Hydra app)
@@ -68,7 +71,13 @@ def entry() -> None:
     What is left after the command is the interpreter's teardown, whose garbage collections walk
     every object torch and MLflow made (about 1.5 s of a one-step run's 5 s on 2 cores); frozen, the
     objects are still freed by reference counting, and the collections skip them. Not in main:
-    a process that runs several commands (the tests' warm runner) keeps collecting."""
+    a process that runs several commands (the tests' warm runner) keeps collecting.
+
+    SIGTERM (kill, a scheduler, a container stopping) and SIGHUP (the terminal closing) end the
+    command as Ctrl-C does, not at once: a run records itself KILLED with its checkpoint, a sweep
+    stops its jobs and closes its parent run, and the exit status is 128 + the signal's number
+    (the trainer takes SIGTERM over while it trains, to stop at a step boundary: run/preemption.py)."""
+    interrupt_on(signal.SIGTERM, signal.SIGHUP)
     try:
         main()
     finally:
