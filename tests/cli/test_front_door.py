@@ -154,3 +154,35 @@ def test_prepare_help_lists_its_keys():
     for key in ("paths", "out", "vocab_size", "tokenizer", "max_bytes", "val_fraction", "progress"):
         assert key in out
     assert "ablate prepare paths=stdlib out=" in out
+
+
+def test_shell_completion_installs_for_bash_zsh_and_fish():
+    """Hydra's `-sc install=SHELL` prints the script the shell sources (its verb is not an override)."""
+    for shell, words in (("bash", "complete -o nospace"), ("zsh", "hydra_bash_completion"), ("fish", "complete")):
+        done = ablate("-sc", f"install={shell}")
+        assert done.returncode == 0 and words in done.stdout, (shell, done.stderr[-2000:])
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("ablate f", "fit"),  # the first word: a command's name
+        ("ablate model=na", "model=nano"),  # no command: train's config
+        ("ablate fit n_b", "n_boot="),  # a command's own keys
+        ("ablate plan hardware=h2", "hardware=h200"),
+        ("ablate backtest for", "form="),
+    ],
+)
+def test_tab_completes_each_commands_own_keys(line, expected):
+    """The query the installed script runs on TAB (`ablate -sc query=bash`, the line in COMP_LINE)."""
+    import os
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ablate", "-sc", "query=bash"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COMP_LINE": line},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert expected in done.stdout.split(), done.stdout

@@ -70,7 +70,8 @@ def _hydra_itself(task: Callable, config_name: str, args) -> None:
     been checked in one line each; with HYDRA_FULL_ERROR, everything as Hydra does it, unchecked."""
     from hydra._internal.utils import _run_hydra, get_args_parser
 
-    if not os.environ.get("HYDRA_FULL_ERROR"):
+    # -sc install=SHELL / query=SHELL: Hydra's shell completion, whose "overrides" are its own verb
+    if not os.environ.get("HYDRA_FULL_ERROR") and not args.shell_completion:
         precheck(args.overrides, config_name, args.multirun, deep=False, config_dir=args.config_dir)  # printed
     parser = get_args_parser()
     _run_hydra(args=args, args_parser=parser, task_function=task, config_path=CONF_PATH, config_name=config_name)

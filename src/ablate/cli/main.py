@@ -6,8 +6,11 @@ Without a command name the arguments go to `train`, so `ablate +sweep=precision`
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
+import io
+import os
 import signal
 import sys
 
@@ -46,6 +49,32 @@ COMMANDS = {
     "ui": ("ablate.cli.ui", "the MLflow UI over a store, on 127.0.0.1", "argv"),
 }
 DEFAULT = "train"
+
+
+COMPLETION_FLAGS = ("-sc", "--shell-completion")
+
+
+def complete(argv: list[str], environ) -> None:
+    """Hydra's completion query (`ablate -sc query=SHELL`, which the script `ablate -sc install=SHELL`
+    installs runs on every TAB with the line so far in COMP_LINE), routed as the line is: the words
+    after a command name are completed against that command's config (`ablate fit n_b` -> n_boot=);
+    the first word also against the command names. Commands that are not Hydra apps complete nothing."""
+    line = environ["COMP_LINE"]
+    words = line.split()
+    rest, done = words[1:], line.endswith(" ")  # done: the cursor is past the last word
+    if rest and rest[0] in COMMANDS and (len(rest) > 1 or done):
+        name = rest[0]
+        module_name, _, style = COMMANDS[name]
+        if style == "hydra":
+            environ["COMP_LINE"] = " ".join([words[0], *rest[1:]]) + (" " if done else "")
+            importlib.import_module(module_name).main(argv)
+        return
+    word = "" if done or not rest else rest[0]
+    found = io.StringIO()
+    with contextlib.redirect_stdout(found):
+        importlib.import_module(COMMANDS[DEFAULT][0]).main(argv)
+    separator = "\n" if "query=fish" in argv else " "  # as Hydra's fish and bash plugins print them
+    print(separator.join([c for c in COMMANDS if c.startswith(word)] + found.getvalue().split()))
 
 
 def usage() -> str:
@@ -88,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv in (["-h"], ["--help"], ["help"]):
         print(usage())
+        return
+    if any(a in COMPLETION_FLAGS for a in argv) and "query=" in " ".join(argv) and "COMP_LINE" in os.environ:
+        complete(argv, os.environ)
         return
     name = argv[0] if argv and argv[0] in COMMANDS else DEFAULT
     args = argv[1:] if argv and argv[0] == name else argv

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import signal
 import sys
 from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main, hydra_node, resolved_task
 from ablate.config import ConfigError, UnsupportedError, parse_run
 from ablate.files import check_writable_dir, write_json
+from ablate.host import interrupting_signal
 from ablate.search.trial import trial_hook
 from ablate.sweep import callback
 from ablate.sweep.context import PROGRESS_FILE, job_context
@@ -195,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     except KeyboardInterrupt as exc:  # the launcher has stopped its jobs (sweep/launch/process.py)
         print(f"interrupted: {exc}" if str(exc) else "interrupted", file=sys.stderr)
-        raise SystemExit(130) from None  # 128 + SIGINT, the shell's convention
+        raise SystemExit(128 + (interrupting_signal(exc) or signal.SIGINT)) from None  # the shell's convention
     summaries = [c.summary for c in getattr(callbacks, "callbacks", []) if isinstance(c, callback.SweepCallback)]
     if any(s is not None and s.failed for s in summaries):
         sys.exit(1)
