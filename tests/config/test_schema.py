@@ -16,6 +16,12 @@ from ablate.config import ConfigError
         ({"hardware.peak_flops": {"fp4": 1.0}}, ["fp4", "fp32, tf32, bf16, fp16, fp8"]),
         ({"tracking.backend": "wandb"}, ["tracking.backend='wandb'", "mlflow, none"]),
         ({"optim.beta2": 1.5}, ["optim.beta2=1.5", "0 <= value < 1"]),
+        (
+            {"tracking.required_tags": ["purpose", "owner"], "tracking.tags": {"owner": "me"}},
+            ["tracking.required_tags names purpose", "+tracking.tags.purpose=VALUE"],
+        ),
+        ({"tracking.tags": {"ablate.kind": "x"}}, ["tracking.tags.ablate.kind is not a tag of yours", "mlflow."]),
+        ({"tracking.tags": {"purpose": ""}}, ["tracking.tags.purpose is empty"]),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_key_and_valid(run_config, tmp_path, overrides, words):

@@ -223,3 +223,22 @@ def test_a_run_that_repeats_its_data_says_how_many_epochs(run_config, tmp_path, 
     lines = [ln for ln in capfd.readouterr().err.splitlines() if "warning:" in ln]
     assert len(lines) == 1 and f"{repeated.epochs:.2f} times over" in lines[0]
     assert f"{len(repeated.data.train):,}-token training split" in lines[0]
+
+
+def test_your_tags_are_on_the_run_and_a_required_one_missing_stops_it_before_anything(cli, tmp_path):
+    """+tracking.tags.KEY=VALUE lands on the MLflow run; with tracking.required_tags=[purpose] a run
+    without that tag is one line, and neither a store nor a run folder is made."""
+    args = ["model=nano", "train.steps=2", "train.eval_interval=2", "train.eval_batches=1", *SMALL_DATA]
+    (tmp_path / "tagged").mkdir(), (tmp_path / "refused").mkdir()
+    tagged = cli([*args, "+tracking.tags.purpose=baseline"], tmp_path / "tagged")
+    assert tagged.returncode == 0, tagged.stderr[-2000:]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'tagged' / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("ablate").experiment_id])
+    assert run.data.tags["purpose"] == "baseline"
+    refused = cli([*args, "tracking.required_tags=[purpose]"], tmp_path / "refused")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: tracking.required_tags names purpose, which tracking.tags does not set "
+        "(valid: +tracking.tags.purpose=VALUE)"
+    ]
+    assert not (tmp_path / "refused" / "mlflow.db").exists() and not (tmp_path / "refused" / "outputs").exists()

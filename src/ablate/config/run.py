@@ -265,14 +265,35 @@ class TrainConfig:
             )
 
 
+RESERVED_TAG_PREFIXES = ("ablate.", "mlflow.")  # the tags this project and MLflow write themselves
+
+
 @dataclass
 class TrackingConfig:
     backend: Literal["mlflow", "none"] = "mlflow"
     uri: str = ""
     experiment: str = "ablate"
     run_name: str | None = None
+    # Your own tags on every run and sweep parent (+tracking.tags.purpose=baseline); names that
+    # tracking.required_tags lists must be among them, so that no run goes untagged.
+    tags: dict[str, str] = field(default_factory=dict)
+    required_tags: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
+        for key, value in self.tags.items():
+            if str(key).startswith(RESERVED_TAG_PREFIXES) or not str(key).strip():
+                raise ConfigError(
+                    f"tracking.tags.{key} is not a tag of yours (valid: a name not starting with "
+                    f"{' or '.join(RESERVED_TAG_PREFIXES)}, which ablate and MLflow set)"
+                )
+            if value is None or not str(value).strip():
+                raise ConfigError(f"tracking.tags.{key} is empty (valid: +tracking.tags.{key}=VALUE)")
+        missing = [t for t in self.required_tags if t not in self.tags]
+        if missing:
+            raise ConfigError(
+                f"tracking.required_tags names {', '.join(missing)}, which tracking.tags does not set "
+                f"(valid: {' '.join(f'+tracking.tags.{t}=VALUE' for t in missing)})"
+            )
         if self.backend == "mlflow" and not self.uri:
             raise ConfigError(
                 "tracking.uri is empty (valid: sqlite:////abs/path.db, http://host:port, postgresql://...)"

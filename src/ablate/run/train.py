@@ -156,6 +156,7 @@ def _run(
                 **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {}),
                 **({KIND_TAG: TRUNK_KIND} if family.kind == TRUNK_KIND else {}),
                 **code_version(),
+                **{str(k): str(v) for k, v in cfg.tracking.tags.items()},
             },
             resume_run_id=decision.resume_run_id,
         )

@@ -279,6 +279,7 @@ def start_parent_run(tracking: dict, sweep_id: str, name: str) -> dict:
             HOST_TAG: socket.gethostname(),
             PID_TAG: str(os.getpid()),
             **code_version(),
+            **{str(k): str(v) for k, v in (tracking.get("tags") or {}).items()},
         },
     )
     view_name = f"sweep {name}, {time.strftime('%Y-%m-%d %H:%M')}"
