@@ -44,7 +44,9 @@ def test_a_sweeps_precheck_composes_each_group_choice_and_leaves_plain_values_to
     monkeypatch.chdir(workdir)
     seen = []
     compose = common._compose
-    monkeypatch.setattr(common, "_compose", lambda name, ov: seen.append(list(ov)) or compose(name, ov))
+    monkeypatch.setattr(
+        common, "_compose", lambda name, ov, config_dir=None: seen.append(list(ov)) or compose(name, ov, config_dir)
+    )
 
     def swept(keys):
         return [[o for o in trial if o.split("=")[0] in keys] for trial in seen]
