@@ -15,7 +15,7 @@ from ablate.scaling.analysis import APPROACH3, fit_all
 from ablate.scaling.chinchilla import FORMS, ChinchillaLaw, fit_approach3
 from ablate.scaling.export import export_fit
 from ablate.scaling.fitfile import load_fit
-from ablate.scaling.joint import COARSE, JointLseHuber, KaplanLaw, joint_grid
+from ablate.scaling.joint import JointLseHuber, KaplanLaw, joint_grid
 from ablate.scaling.points import FitInputError, Points
 from ablate.scaling.predict import FitOptions, fit_predictor, predict
 from ablate.scaling.report import summary_text
@@ -44,7 +44,7 @@ def joint_report(joint_points):
     return fit_all(
         joint_points,
         targets=[{"N": 3e6, "D": 3e7}],
-        options=FitOptions(n_boot=40, form="joint", grid=COARSE),
+        options=FitOptions(n_boot=40, form="joint", grid=KaplanLaw.COARSE),
         held_out_k=2,
     )
 
@@ -94,7 +94,7 @@ def test_fit_recovers_the_law_that_drew_the_points(joint_points):
 def test_additive_form_misses_the_interaction_the_joint_form_describes(joint_points):
     """The point of the joint form: on data where N and D interact, the additive law leaves a residual
     several times the noise, and its verdict says the form does not describe the runs."""
-    joint = fit_predictor(joint_points, FitOptions(n_boot=0, form="joint", grid=COARSE))
+    joint = fit_predictor(joint_points, FitOptions(n_boot=0, form="joint", grid=KaplanLaw.COARSE))
     additive = fit_predictor(joint_points, FitOptions(n_boot=0))
     assert joint.fit.diagnostics.rms_residual < 0.006
     assert additive.fit.diagnostics.rms_residual > 2 * joint.fit.diagnostics.rms_residual

@@ -211,6 +211,27 @@ def test_a_killed_job_is_one_failed_row_and_the_worker_goes_on(tmp_path):
     assert not psutil.pid_exists(job0.pid) and not psutil.pid_exists(worker.pid)
 
 
+def stop_two_training_runs(cli, tmp_path, args: list[str], send) -> tuple[int, list[str], bytes]:
+    """Start the sweep `args` in its own process group (like a shell's foreground job), wait until both
+    runs have their first checkpoint, then `send(proc)` a signal: the exit status, the lines printed
+    after the signal, and all of stderr."""
+    stderr = tmp_path / "stderr.txt"
+    proc = cli.start(args, tmp_path, stderr=stderr)
+    try:
+        deadline = time.time() + TIMEOUT_S
+        while len(list((tmp_path / ".ablate" / "state").glob("*/checkpoint.pt"))) < 2:
+            assert proc.poll() is None and time.time() < deadline, "the sweep ended before it could be stopped"
+            time.sleep(0.5)
+        sent = stderr.stat().st_size  # what the launcher printed before the signal
+        send(proc)
+        code = proc.wait(600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    printed = stderr.read_bytes()
+    return code, [ln.rstrip() for ln in printed[sent:].decode(errors="replace").splitlines()], printed
+
+
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_ctrl_c_stops_a_sweep_in_one_line_and_the_same_command_resumes_it(tmp_path, cli, run_statuses):
@@ -221,21 +242,8 @@ def test_ctrl_c_stops_a_sweep_in_one_line_and_the_same_command_resumes_it(tmp_pa
     # short of their end on a loaded machine, and the relaunch trains the rest of both.
     steps = 200
     args = [*SWEEP, f"train.steps={steps},{steps + 1}", "train.checkpoint_interval=10"]
-    stderr = tmp_path / "stderr.txt"
-    proc = cli.start(args, tmp_path, stderr=stderr)  # its own process group, like a shell's foreground job
-    try:
-        deadline = time.time() + TIMEOUT_S
-        while len(list((tmp_path / ".ablate" / "state").glob("*/checkpoint.pt"))) < 2:
-            assert proc.poll() is None and time.time() < deadline, "the sweep ended before it could be interrupted"
-            time.sleep(0.5)
-        sent = stderr.stat().st_size  # what the launcher printed before the interrupt
-        os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(600) == 130
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    printed = stderr.read_bytes()
-    after = [ln.rstrip() for ln in printed[sent:].decode(errors="replace").splitlines()]
+    code, after, printed = stop_two_training_runs(cli, tmp_path, args, lambda p: os.killpg(p.pid, signal.SIGINT))
+    assert code == 130
     assert len(after) == 1 and after[0].startswith("interrupted: 2 running job(s) stopped"), after
     assert b"Traceback" not in printed
     assert sorted(run_statuses(tmp_path / "mlflow.db")) == ["KILLED"] * 3  # two runs and the sweep's parent
@@ -261,21 +269,8 @@ def test_sigterm_or_sighup_to_the_launcher_alone_closes_every_record(tmp_path, c
     process only, not its group: it stops its jobs as Ctrl-C does, one line, exit 128 + the signal,
     every MLflow run KILLED (the two runs and the sweep's parent), none left RUNNING."""
     args = [*SWEEP, "train.steps=200,201", "train.checkpoint_interval=10"]
-    stderr = tmp_path / "stderr.txt"
-    proc = cli.start(args, tmp_path, stderr=stderr)
-    try:
-        deadline = time.time() + TIMEOUT_S
-        while len(list((tmp_path / ".ablate" / "state").glob("*/checkpoint.pt"))) < 2:
-            assert proc.poll() is None and time.time() < deadline, "the sweep ended before it could be signalled"
-            time.sleep(0.5)
-        sent = stderr.stat().st_size
-        proc.send_signal(signum)
-        assert proc.wait(600) == 128 + signum
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    printed = stderr.read_bytes()
-    after = [ln.rstrip() for ln in printed[sent:].decode(errors="replace").splitlines()]
+    code, after, printed = stop_two_training_runs(cli, tmp_path, args, lambda p: p.send_signal(signum))
+    assert code == 128 + signum
     assert len(after) == 1 and after[0].startswith("interrupted: 2 running job(s) stopped"), after
     assert b"Traceback" not in printed
     assert sorted(run_statuses(tmp_path / "mlflow.db")) == ["KILLED"] * 3

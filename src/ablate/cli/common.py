@@ -42,10 +42,10 @@ def hydra_main(
             f"no {config_name}.yaml among the package's presets ({CONF_DIR}) "
             "(valid: an installation of ablate that has its presets: pip install it again, or `make install`)"
         )
-    if any(a in ("-h", "--help") for a in argv):
-        print(command_help(config_name, name or config_name, summary, example, hydra_args(argv).config_dir))
-        return None
     args = hydra_args(argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(command_help(config_name, name or config_name, summary, example, args.config_dir))
+        return None
     if config_name == "config":
         args.overrides += budget_override(args.overrides)
     try:

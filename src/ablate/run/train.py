@@ -131,8 +131,9 @@ def _run(
         return _not_trained(p, out_dir, decision, existing.run_id if existing else None, family)
     if decision.action == RUN and decision.reason and existing is None:
         print(f"ablate: {state_dir}: {decision.reason}", file=sys.stderr)
-    if p.repeat_warning():
-        print(f"ablate: {p.repeat_warning()}", file=sys.stderr)
+    repeats = p.repeat_warning()
+    if repeats:
+        print(f"ablate: {repeats}", file=sys.stderr)
     state = None
     if decision.from_checkpoint:
         state = checkpoint.load_good(state_dir, p.config_hash, lambda s: state_mismatch(cfg.model, s))

@@ -51,7 +51,6 @@ errors (docs/fitting.md has the tables).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,27 +74,13 @@ FORMULA = (
     "at least sigma_run per decade"
 )
 
-# Coarse starts for the refits below a cut, around Hoffmann's grid: 3 x 3 x 3 x 4 x 4 = 432, plus the
-# full data's optimum (warm_grid); the refits need not search the whole grid again.
-_COARSE = np.array(
-    [
-        (e, a, al, b, be)
-        for al, be, e, a, b in itertools.product(
-            (0.25, 0.5, 1.0), (0.25, 0.5, 1.0), (-1.0, 0.0, 0.5), (0, 5, 10, 20), (0, 5, 10, 20)
-        )
-    ],
-    float,
-)
-
 
 def warm_grid(law, floor: float = 0.0) -> np.ndarray:
     """Starts for refits near `law` (either form, chinchilla.FORMS): the law itself (E at least the
-    floor), then a coarse grid, in the starts' layout [e, a, alpha, b, beta] (LseHuber.starts)."""
-    from ablate.scaling.joint import COARSE
-
+    floor), then its form's coarse grid (law.COARSE), in the starts' layout (LseHuber.starts)."""
     start = law.start()
     start[0] = math.log(max(law.E, floor, 1e-12))
-    return np.vstack([start, COARSE if law.FORM == "joint" else _COARSE])
+    return np.vstack([start, law.COARSE])
 
 
 @dataclass(frozen=True)

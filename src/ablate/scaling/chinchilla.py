@@ -10,14 +10,14 @@ calibration, the verdicts, fit.json, the planner) takes either law through FORMS
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
 
-from ablate.scaling import joint
 from ablate.scaling.bootstrap import DEFAULT_BOOT, Bootstrap, Estimate, estimate, fit_lse
-from ablate.scaling.joint import JointLseHuber, KaplanLaw
+from ablate.scaling.joint import JointLseHuber, KaplanLaw, joint_grid
 from ablate.scaling.multistart import Diagnostics, Tolerances, hoffmann_grid
 from ablate.scaling.optimizer import HUBER_DELTA, LseHuber
 from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN, FitInputError, Points, require_count, require_distinct
@@ -41,6 +41,17 @@ class ChinchillaLaw:
         "a = beta/(alpha+beta) is the exponent of N_opt(C); b = alpha/(alpha+beta) that of D_opt(C)"
     )
     FRONTIER: ClassVar[str] = "N_opt = G (C/6)^a, D_opt = (C/6) / N_opt, G = (alpha A / (beta B))^(1/(alpha+beta))"
+    # Coarse starts for refits near a known optimum (calibration.warm_grid), around Hoffmann's grid in
+    # his layout [e, a, alpha, b, beta]: 3 x 3 x 3 x 4 x 4 = 432; the refits need not search it all again.
+    COARSE: ClassVar[np.ndarray] = np.array(
+        [
+            (e, a, al, b, be)
+            for al, be, e, a, b in itertools.product(
+                (0.25, 0.5, 1.0), (0.25, 0.5, 1.0), (-1.0, 0.0, 0.5), (0, 5, 10, 20), (0, 5, 10, 20)
+            )
+        ],
+        float,
+    )
 
     def loss(self, N, D):
         return self.E + self.A / np.asarray(N, float) ** self.alpha + self.B / np.asarray(D, float) ** self.beta
@@ -204,7 +215,7 @@ def fit_approach3(
                 "tie_exponents=true fits the additive form only (valid: form=additive, or tie_exponents=false)"
             )
         loss = JointLseHuber(log_x, log_loss, delta, F, U)
-        default_grid = joint.joint_grid
+        default_grid = joint_grid
     elif form == "additive":
         loss = LseHuber(log_x, log_loss, delta, F, U, (0, 0) if tie_exponents else (0, 1))
         default_grid = hoffmann_grid

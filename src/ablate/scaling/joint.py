@@ -59,12 +59,22 @@ class KaplanLaw:
     FRONTIER: ClassVar[str] = (
         "N_opt = G (C/6)^a, D_opt = (C/6) / N_opt, G = (r N_c^r / D_c)^(1/(1+r)), r = alpha_N/alpha_D"
     )
+    # Coarse starts for refits near a known optimum (calibration.warm_grid), in the layout
+    # [e, n_c, alpha_N, d_c, alpha_D]: 3 x 3 x 3 x 4 x 4 = 432.
+    COARSE: ClassVar[np.ndarray] = np.array(
+        [
+            (e, nc, an, dc, ad)
+            for an, ad, e, nc, dc in itertools.product(
+                (0.25, 0.5, 1.0), (0.25, 0.5, 1.0), (-1.0, 0.0, 0.5), (0, 10, 20, 30), (0, 10, 20, 30)
+            )
+        ],
+        float,
+    )
 
     def loss(self, N, D):
-        """L at N, D (broadcast): the inner sum's log-sum-exp, so no term overflows on its own."""
-        u_n = self.alpha_N / self.alpha_D * (np.log(self.N_c) - np.log(np.asarray(N, float)))
-        u_d = np.log(self.D_c) - np.log(np.asarray(D, float))
-        return self.E + np.exp(self.alpha_D * np.logaddexp(u_n, u_d))
+        """L at N, D (broadcast together): sample_loss with this law as the one sample."""
+        shape = np.broadcast_shapes(np.shape(N), np.shape(D))
+        return self.sample_loss(self.as_array()[None], N, D).reshape(shape)
 
     @property
     def a(self) -> float:
@@ -126,18 +136,6 @@ def joint_grid() -> np.ndarray:
             for an, ad, e, nc, dc in itertools.product(exps, exps, np.arange(-1, 1.01, 0.5), logs, logs)
         ]
     )
-
-
-# Coarse starts for refits near a known optimum (calibration.warm_grid): 3 x 3 x 3 x 4 x 4 = 432.
-COARSE = np.array(
-    [
-        (e, nc, an, dc, ad)
-        for an, ad, e, nc, dc in itertools.product(
-            (0.25, 0.5, 1.0), (0.25, 0.5, 1.0), (-1.0, 0.0, 0.5), (0, 10, 20, 30), (0, 10, 20, 30)
-        )
-    ],
-    float,
-)
 
 
 @dataclass(frozen=True)
