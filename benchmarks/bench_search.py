@@ -11,11 +11,17 @@ validation loss while spending at most 60% of its training steps.
 
 Writes benchmarks/results/search.json and search.png (`--replot` redraws the PNG from the JSON). 26
 minutes measured on the shared 2-core machine under a load average of about 15 (less when idle).
+
+`--schedules` instead runs the 8-trial study over the learning rate and the batch size on 2 workers
+(TPE with its constant liar, median pruning), once in batches of 2 and once asynchronously, and
+writes benchmarks/results/search_schedules.json: each study's busy share (the slot-seconds its
+trials ran over 2 x its span, from the study's own trials.json), wall time and best value.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -56,22 +62,25 @@ OVERRIDES = [
     "hydra.sweeper.pruners.hyperband.max_resource=150",
 ]
 MAX_GAP, MAX_STEPS = 0.01, 0.60
+SCHEDULE_SEEDS = (0, 1, 2)
+# OVERRIDES' model and data, 600 steps (each trial long against the driver's own work), the batch
+# size searched. Each sampler seed is one pair of studies.
+SCHEDULE_OVERRIDES = [
+    *(o for o in OVERRIDES[:11] if not o.startswith(("train.batch_size=", "train.steps=", "train.eval_interval="))),
+    "train.steps=600",
+    "train.eval_interval=50",
+    "hydra.sweeper.search=[optim.lr,train.batch_size]",
+    "hydra.sweeper.n_trials=8",
+    "hydra.sweeper.n_jobs=2",
+    "hydra/launcher=parallel",
+    "hydra.launcher.workers=2",
+    "hydra.launcher.threads_per_job=1",
+    "tracking=none",
+]
 
 
 def run_study(pruner: str, workdir: Path) -> dict:
-    workdir.mkdir(parents=True)
-    t0 = time.perf_counter()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "ablate", "+sweep=lr", f"hydra.sweeper.pruner={pruner}", *OVERRIDES],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"the study with pruner={pruner} failed:\n{proc.stderr[-3000:]}")
-    data = json.loads((workdir / "studies" / "lr" / "trials.json").read_text())
+    data, wall_s = study_command(workdir, [f"hydra.sweeper.pruner={pruner}", *OVERRIDES])
     summary = data["summary"]
     return {
         "pruner": pruner,
@@ -79,9 +88,53 @@ def run_study(pruner: str, workdir: Path) -> dict:
         "best_lr": summary["best"]["params"]["optim.lr"],
         "steps_spent": summary["steps_spent"],
         "counts": summary["counts"],
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": wall_s,
         "trials": [{k: t[k] for k in ("number", "state", "value", "steps", "params")} for t in data["trials"]],
     }
+
+
+def study_command(workdir: Path, overrides: list[str]) -> tuple[dict, float]:
+    """`python -m ablate +sweep=lr OVERRIDES` in its own empty directory: (its trials.json, wall seconds)."""
+    workdir.mkdir(parents=True)
+    t0 = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ablate", "+sweep=lr", *overrides], cwd=workdir, capture_output=True, text=True, env=env
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"the study {' '.join(overrides)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads((workdir / "studies" / "lr" / "trials.json").read_text()), time.perf_counter() - t0
+
+
+def compare_schedules() -> dict:
+    """The same 8-trial study in batches and asynchronously, for each sampler seed: busy share,
+    wall time, best value."""
+    studies = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed, asynchronous in itertools.product(SCHEDULE_SEEDS, (False, True)):
+            name = "asynchronous" if asynchronous else "batch"
+            overrides = [
+                *SCHEDULE_OVERRIDES,
+                f"hydra.sweeper.seed={seed}",
+                f"hydra.sweeper.asynchronous={str(asynchronous).lower()}",
+            ]
+            data, wall_s = study_command(Path(tmp) / f"{name}-{seed}", overrides)
+            summary = data["summary"]
+            (launch,) = summary["launches"]
+            studies.append(
+                {
+                    "schedule": name,
+                    "seed": seed,
+                    "busy_share": launch["busy_share"],
+                    "span_s": launch["span_s"],
+                    "wall_s": wall_s,
+                    "best_val_loss": summary["best"]["value"],
+                    "best_params": summary["best"]["params"],
+                    "steps_spent": summary["steps_spent"],
+                    "counts": summary["counts"],
+                }
+            )
+    return {"overrides": SCHEDULE_OVERRIDES, "studies": studies, "machine": {"python": platform.python_version()}}
 
 
 def anytime(trials: list[dict]) -> tuple[list[int], list[float]]:
@@ -143,8 +196,19 @@ def plot(studies: dict, path: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replot", action="store_true", help="redraw search.png from search.json, run nothing")
-    if parser.parse_args().replot:
+    parser.add_argument("--schedules", action="store_true", help="batch against asynchronous trials, 8 trials")
+    args = parser.parse_args()
+    if args.replot:
         plot(json.loads((RESULTS / "search.json").read_text())["studies"], RESULTS / "search.png")
+        return
+    if args.schedules:
+        results = compare_schedules()
+        write_json(RESULTS / "search_schedules.json", results)
+        for s in results["studies"]:
+            print(
+                f"seed {s['seed']}, {s['schedule']}: slots busy {s['busy_share']:.0%} of {s['span_s']:.0f} s, "
+                f"best val loss {s['best_val_loss']:.4f}, {s['steps_spent']:,} steps, {s['wall_s']:.0f} s"
+            )
         return
     t0 = time.perf_counter()
     studies = {}

@@ -123,12 +123,12 @@ def test_a_trial_is_pruned_inside_its_run_on_the_reported_val_loss(run_config, t
     def run_trial(lr: float, name: str):
         study.enqueue_trial({"optim.lr": lr})
         trial = study.ask(space)
-        hook = PruningHook(cfg, trial.number, trial._trial_id)  # as the job rebuilds it from storage
+        hook = PruningHook(cfg, trial.number, study_storage.trial_id(trial))  # as the job rebuilds it from storage
         run_cfg = run_config(tmp_path / name, **{"optim.lr": lr, "train.steps": 20, "train.eval_interval": 5})
         result = train.run(run_cfg, tmp_path / name / "out", on_eval=hook)
         from ablate.search.driver import Tracking, tell
 
-        out = tell(study, trial.number, result.to_dict(), Tracking({}, study, cfg))
+        out = tell(study, cfg, trial, result.to_dict(), Tracking({}, study, cfg))
         return result, out
 
     for i, lr in enumerate((3e-3, 1e-2)):  # the median pruner's two start-up trials run to the end
@@ -186,7 +186,7 @@ def test_a_trial_whose_driver_died_is_failed_and_its_parameters_queued_again(tmp
     orphan.set_user_attr("driver", other.id)
     live.set_user_attr("driver", mine.id)
     assert [t.number for t in mine.orphans()] == [orphan.number]
-    assert study_storage.give_back(study, orphan.number, "its driver stopped")
+    assert study_storage.give_back(study, study_storage.reopen(study, mine.orphans()[0]), "its driver stopped")
     trials = study.get_trials()
     assert trials[orphan.number].state == TrialState.FAIL and trials[orphan.number].user_attrs["retried_as_new_trial"]
     assert trials[-1].state == TrialState.WAITING and trials[-1].system_attrs["fixed_params"] == orphan.params
@@ -330,6 +330,9 @@ def test_two_parallel_job_processes_report_to_one_study(cli, tmp_path):
     trials = _study(tmp_path).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE]
     assert all(sorted(t.intermediate_values) == [10, 20, 30, 40] for t in trials)
+    assert {t.user_attrs["schedule"] for t in trials} == {"asynchronous"}  # the process launcher has slots
+    (launch,) = json.loads((tmp_path / "studies" / "lr" / "trials.json").read_text())["summary"]["launches"]
+    assert 0 < launch["busy_share"] <= 1
 
 
 @pytest.mark.slow

@@ -35,7 +35,15 @@ PRUNER_KEYS = {
 SAMPLER_KEYS = {
     "tpe": {"n_startup_trials", "multivariate", "constant_liar", "n_ei_candidates"},
     "random": set(),
+    "gp": {"n_startup_trials", "deterministic_objective"},
+    "cmaes": {"n_startup_trials", "sigma0", "popsize", "restart_strategy", "use_separable_cma", "with_margin"},
+    "qmc": {"qmc_type", "scramble"},
+    "grid": {"points_per_interval"},
 }
+# What a trial can cost besides its validation loss, each a key of its result.json.
+COSTS = {"flops": "flops", "wall_s": "wall_s"}
+# Samplers that cannot rank trials on several objectives at once.
+SINGLE_OBJECTIVE_SAMPLERS = {"cmaes"}
 
 
 @dataclass
@@ -51,8 +59,11 @@ class SearchConfig:
     studies_dir: str = "studies"
     # Trials of the whole study: a relaunch runs only the ones still missing.
     n_trials: int = 16
-    # Trials asked for and launched together, as one launcher batch.
+    # Trials running at once. Asynchronous: a new trial is asked whenever one ends (the launcher's
+    # slots, or SLURM jobs in flight); batch: n_jobs trials are asked and launched together, and the
+    # next batch waits for the slowest.
     n_jobs: int = 2
+    asynchronous: bool = True
     seed: int = 0
     sampler: str = "tpe"  # a key of SAMPLER_KEYS
     # each sampler's settings, by name: the one `sampler` names is used
@@ -60,8 +71,18 @@ class SearchConfig:
         default_factory=lambda: {
             "tpe": {"n_startup_trials": 5, "multivariate": True, "constant_liar": True},
             "random": {},
+            "gp": {"n_startup_trials": 5, "deterministic_objective": False},
+            "cmaes": {"n_startup_trials": 1, "restart_strategy": None, "use_separable_cma": False},
+            "qmc": {"qmc_type": "sobol", "scramble": True},
+            "grid": {"points_per_interval": 5},
         }
     )
+    # Minimised beside the validation loss (keys of COSTS): a multi-objective study whose report
+    # is the Pareto front. Optuna prunes single-objective studies only, so costs need pruner=none.
+    costs: list[str] = field(default_factory=list)
+    # A trial whose modelled peak memory per device (perf/memory.py, the planner's model) exceeds
+    # this is infeasible: Optuna's samplers steer away from it and it is never the best.
+    memory_limit_gb: float | None = None
     pruner: str = "median"  # a key of PRUNER_KEYS
     # each pruner's settings, by name; resources and warm-ups are in training steps
     pruners: dict[str, Any] = field(
@@ -101,6 +122,7 @@ class SearchConfig:
             require_at_most(f"hydra.sweeper.{key}", getattr(self, key), limit, unit)
         _check_settings("sampler", self.sampler, self.samplers, SAMPLER_KEYS)
         _check_settings("pruner", self.pruner, self.pruners, PRUNER_KEYS)
+        self._check_objectives()
         params = flatten_params(self.params)
         for key in self.search or []:
             if key not in params:
@@ -108,6 +130,30 @@ class SearchConfig:
                     f"hydra.sweeper.search has {key!r}, not in hydra.sweeper.params "
                     f"(valid: {', '.join(sorted(params))})"
                 )
+
+    def _check_objectives(self) -> None:
+        for cost in self.costs:
+            if cost not in COSTS:
+                raise ConfigError(f"hydra.sweeper.costs has {cost!r} (valid: {', '.join(COSTS)})")
+        if len(set(self.costs)) != len(self.costs):
+            raise ConfigError(f"hydra.sweeper.costs={self.costs} names a cost twice (valid: each at most once)")
+        if self.costs and self.pruner != "none":
+            raise ConfigError(
+                f"hydra.sweeper.costs={self.costs} with pruner={self.pruner}: Optuna prunes single-objective "
+                "studies only (valid: hydra.sweeper.pruner=none, or no costs)"
+            )
+        if self.costs and self.sampler in SINGLE_OBJECTIVE_SAMPLERS:
+            raise ConfigError(
+                f"hydra.sweeper.sampler={self.sampler} cannot minimise costs={self.costs} too "
+                "(valid: tpe, gp, random, qmc, grid)"
+            )
+        if self.memory_limit_gb is not None and self.memory_limit_gb <= 0:
+            raise ConfigError(f"hydra.sweeper.memory_limit_gb={self.memory_limit_gb} must be positive (valid: > 0)")
+
+    @property
+    def objectives(self) -> list[str]:
+        """What the study minimises, the validation loss first."""
+        return ["val_loss", *self.costs]
 
     @property
     def study_dir(self) -> Path:

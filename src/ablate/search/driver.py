@@ -1,16 +1,20 @@
-"""The Optuna sweeper's loop, in the launching process: ask a batch, launch it, tell the outcomes.
+"""The Optuna sweeper's loop, in the launching process: ask a trial, launch it, tell its outcome.
 
-Any Hydra launcher runs the batch (basic, sequential/parallel processes, SLURM through submitit):
-the trials reach their jobs through SWEEP_DIR/optuna.json and the shared storage, not through the
-launcher, and come back through each job's result.json (trial.py). Relaunching the same study
-continues it: `n_trials` counts the whole study, and trials whose driver was stopped are failed
-and their parameters queued again (the run itself resumes from its checkpoint).
+Asynchronous (the default) on a launcher that can (sweep/launch/feed.py: hydra/launcher=parallel,
+sequential, slurm): n_jobs trials run, and a new one is asked as soon as one ends, finished or
+pruned, with TPE's constant liar standing in for the values of the trials still running. On any
+other launcher, or with asynchronous=false, trials go in batches of n_jobs and each batch waits
+for its slowest. Either way the trials reach their jobs through SWEEP_DIR/optuna.json and the
+shared storage, not through the launcher, and come back through each job's result.json (trial.py).
+Relaunching the same study continues it: `n_trials` counts the whole study, and trials whose
+driver was stopped are failed and their parameters queued again (the run itself resumes from its
+checkpoint).
 
 MLflow: the study has one run ("study:NAME", tag ablate.kind=study), reused by every launch. Each
 launch's sweep run (SweepCallback) is nested under it and holds that launch's trials, so every
 trial is a run under the study's run; each trial run is tagged with optuna.study, optuna.trial
-and its final state optuna.state (COMPLETE, PRUNED, FAIL). The study's files (search_report)
-are logged to the study run after every launch.
+and its final state optuna.state (COMPLETE, PRUNED, FAIL). The study's files (search_report) are
+rewritten after every trial (the plots after every launch) and logged to the study run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,17 +33,26 @@ from ablate.search import report as search_report
 from ablate.search.space import search_space, trial_overrides
 from ablate.search.storage import (
     DRIVER_ATTR,
+    ENDED_ATTR,
+    MEMORY_CONSTRAINT,
     REASON_ATTR,
     REUSED_ATTR,
     RUN_ATTR,
+    SCHEDULE_ATTR,
+    SCHEDULES,
+    SLOTS_ATTR,
     STEPS_ATTR,
     Drivers,
     counted,
     give_back,
+    grid_size,
     open_study,
+    reopen,
+    trial_id,
 )
-from ablate.search.trial import Outcome, outcome, write_trials_file
+from ablate.search.trial import Outcome, memory_excess_gb, objective_values, outcome, write_trials_file
 from ablate.sweep.context import read_sweep_file
+from ablate.sweep.launch.feed import SlotLauncher
 from ablate.tracking.tags import KIND_TAG, REASON_TAG
 
 STUDY_KIND = "study"
@@ -46,7 +60,7 @@ STUDY_TAG, TRIAL_TAG, STATE_TAG = "optuna.study", "optuna.trial", "optuna.state"
 
 
 def run_study(cfg: SearchConfig, config, launcher, arguments: list[str]) -> list:
-    """The sweeper's `sweep`: returns the launcher's JobReturns, one list per batch."""
+    """The sweeper's `sweep`: returns the launcher's JobReturns, one list per launch."""
     from omegaconf import OmegaConf
 
     cwd = str(config.hydra.runtime.cwd)
@@ -57,44 +71,33 @@ def run_study(cfg: SearchConfig, config, launcher, arguments: list[str]) -> list
     sweep_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(config, sweep_dir / "multirun.yaml")
 
-    study = open_study(cfg)
+    study = open_study(cfg, space)
     tracking = Tracking(read_sweep_file(sweep_dir), study, cfg)
     drivers = Drivers(study, cfg.stale_after_s)
     drivers.beat()
     for orphan in drivers.orphans():
-        give_back(study, orphan.number, "its driver stopped before the trial ended")
-    done, running = counted(study)
+        give_back(study, reopen(study, orphan), "its driver stopped before the trial ended")
+    asynchronous = cfg.asynchronous and isinstance(launcher, SlotLauncher)
+    trials = StudyTrials(study, cfg, space, fixed, sweep_dir, drivers.id, tracking, asynchronous)
+    done, _ = counted(study)
     print(
-        f"optuna study {cfg.study_name}: {done} of {cfg.n_trials} trials done, storage {cfg.storage}", file=sys.stderr
+        f"optuna study {cfg.study_name}: {done} of {trials.budget} trials done, storage {cfg.storage}", file=sys.stderr
     )
-
-    returns, in_flight = [], []
+    if cfg.asynchronous and not asynchronous:
+        print(
+            f"optuna: {type(launcher).__name__} launches batches only: {cfg.n_jobs} trials at a time, "
+            "each batch waiting for its slowest (hydra/launcher=parallel or slurm ask a trial as each ends)",
+            file=sys.stderr,
+        )
     job_num = next_job_num(sweep_dir)
     try:
         with heartbeat(drivers, cfg.stale_after_s / 6), sigterm_as_interrupt():
-            while True:
-                done, running = counted(study)
-                n = min(cfg.n_jobs, cfg.n_trials - done - running)
-                if n <= 0:
-                    break
-                in_flight = [study.ask(space) for _ in range(n)]
-                for trial in in_flight:
-                    trial.set_user_attr(DRIVER_ATTR, drivers.id)
-                write_trials_file(
-                    sweep_dir,
-                    cfg,
-                    {job_num + i: {"number": t.number, "trial_id": t._trial_id} for i, t in enumerate(in_flight)},
-                )
-                batch = [fixed + trial_overrides(t.params) for t in in_flight]
-                results = launcher.launch(batch, initial_job_idx=job_num)
-                for i, (trial, ret) in enumerate(zip(in_flight, results, strict=False)):
-                    tell(study, trial.number, read_result(ret, sweep_dir, job_num + i), tracking)
-                in_flight = []
-                job_num += n
-                returns.append(results)
-                search_report.export(study, cfg)
+            if asynchronous:
+                returns = [launcher.launch_as_slots_free(trials, cfg.n_jobs, job_num)]
+            else:
+                returns = run_batches(launcher, trials, cfg.n_jobs, job_num)
     except BaseException:
-        settle_interrupted(study, in_flight, sweep_dir, job_num, tracking)
+        trials.settle_interrupted()
         tracking.close("KILLED", "the driver was stopped; launching the study again continues it")
         raise
     files = search_report.export(study, cfg)
@@ -102,6 +105,78 @@ def run_study(cfg: SearchConfig, config, launcher, arguments: list[str]) -> list
     summary = json.loads((Path(cfg.studies_dir) / cfg.study_name / "trials.json").read_text())["summary"]
     print(describe(cfg, summary), file=sys.stderr)
     return returns
+
+
+def run_batches(launcher, trials: StudyTrials, n_jobs: int, job_num: int) -> list:
+    """Hydra's Launcher API: n_jobs trials launched together, the next batch after the slowest."""
+    returns = []
+    while True:
+        batch = []
+        while len(batch) < n_jobs and (overrides := trials.next_job(job_num + len(batch))) is not None:
+            batch.append(overrides)
+        if not batch:
+            return returns
+        results = launcher.launch(batch, initial_job_idx=job_num)
+        for i, ret in enumerate(results):
+            trials.job_ended(job_num + i, ret)
+        job_num += len(batch)
+        returns.append(results)
+
+
+class StudyTrials:
+    """The study as a JobFeed (sweep/launch/feed.py): a trial asked for each job, told when its job
+    ends. Every trial is stamped with this driver, the slots and the schedule, so that the report
+    can say how busy each launch kept its slots."""
+
+    def __init__(
+        self,
+        study,
+        cfg: SearchConfig,
+        space: dict,
+        fixed: list[str],
+        sweep_dir: Path,
+        driver_id: str,
+        tracking: Tracking,
+        asynchronous: bool,
+    ):
+        self.study, self.cfg, self.space, self.fixed = study, cfg, space, fixed
+        self.sweep_dir, self.tracking = sweep_dir, tracking
+        self.stamp = {DRIVER_ATTR: driver_id, SLOTS_ATTR: cfg.n_jobs, SCHEDULE_ATTR: SCHEDULES[asynchronous]}
+        self.budget = trial_budget(cfg, space)
+        self.in_flight: dict = {}  # job number -> optuna Trial
+
+    def next_job(self, num: int) -> list[str] | None:
+        done, running = counted(self.study)
+        if done + running >= self.budget:
+            return None
+        trial = self.study.ask(self.space)
+        for key, value in self.stamp.items():
+            trial.set_user_attr(key, value)
+        write_trials_file(self.sweep_dir, self.cfg, {num: {"number": trial.number, "trial_id": trial_id(trial)}})
+        self.in_flight[num] = trial
+        return self.fixed + trial_overrides(trial.params)
+
+    def job_ended(self, num: int, ret) -> None:
+        trial = self.in_flight.pop(num)
+        tell(self.study, self.cfg, trial, read_result(ret, self.sweep_dir, num), self.tracking)
+        search_report.export(self.study, self.cfg, with_plots=False)
+
+    def settle_interrupted(self) -> None:
+        """Trials in flight when the driver was stopped: a job that ended (finished or pruned) is
+        told as usual; the others are failed and their parameters queued for the next launch."""
+        for num, trial in self.in_flight.items():
+            result = read_result(None, self.sweep_dir, num)
+            if result and result.get("status") in ("finished", "pruned"):
+                tell(self.study, self.cfg, trial, result, self.tracking)
+            else:
+                give_back(self.study, trial, "the driver was stopped before the trial ended")
+        self.in_flight = {}
+
+
+def trial_budget(cfg: SearchConfig, space: dict) -> int:
+    """n_trials, or the grid's size where the grid sampler has fewer points."""
+    size = grid_size(cfg, space)
+    return cfg.n_trials if size is None else min(cfg.n_trials, size)
 
 
 def next_job_num(sweep_dir: Path) -> int:
@@ -127,32 +202,33 @@ def read_result(ret, sweep_dir: Path, num: int) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def tell(study, number: int, result: dict | None, tracking: Tracking) -> Outcome:
+def tell(study, cfg: SearchConfig, trial, result: dict | None, tracking: Tracking) -> Outcome:
+    """Tell Optuna how the job of `trial` (a RUNNING optuna Trial) ended: its state, its objective
+    values, the memory constraint, and what the report needs (steps, reason, run, end time)."""
     from optuna.trial import TrialState
 
     out = outcome(result, tracking.final_val_loss)
-    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
-    attrs = {STEPS_ATTR: out.steps, REASON_ATTR: out.reason, RUN_ATTR: out.mlflow_run_id, REUSED_ATTR: out.reused}
+    if out.state == "COMPLETE" and out.reused and cfg.costs:
+        out.state, out.reason = "FAIL", "it reused a finished run, whose costs this study has not measured"
+    attrs = {
+        STEPS_ATTR: out.steps,
+        REASON_ATTR: out.reason,
+        RUN_ATTR: out.mlflow_run_id,
+        REUSED_ATTR: out.reused,
+        ENDED_ATTR: out.ended_at or time.time(),
+    }
     for key, value in attrs.items():
         if value is not None:
-            study._storage.set_trial_user_attr(trial_id, key, value)
+            trial.set_user_attr(key, value)
+    excess = memory_excess_gb(cfg, out)
+    if excess is not None:
+        trial.set_constraint(MEMORY_CONSTRAINT, excess)
     if out.state == "COMPLETE":
-        study.tell(number, out.value)
+        study.tell(trial, objective_values(cfg, out))
     else:
-        study.tell(number, state=TrialState[out.state])
-    tracking.tag_trial(out, number)
+        study.tell(trial, state=TrialState[out.state])
+    tracking.tag_trial(out, trial.number)
     return out
-
-
-def settle_interrupted(study, in_flight: list, sweep_dir: Path, job_num: int, tracking: Tracking) -> None:
-    """Trials of the interrupted batch: a job that ended (finished or pruned) is told as usual; the
-    others are failed and their parameters queued for the next launch."""
-    for i, trial in enumerate(in_flight):
-        result = read_result(None, sweep_dir, job_num + i)
-        if result and result.get("status") in ("finished", "pruned"):
-            tell(study, trial.number, result, tracking)
-        else:
-            give_back(study, trial.number, "the driver was stopped before the trial ended")
 
 
 @contextmanager

@@ -97,10 +97,10 @@ def check_sweeper(tree: dict, arguments: list[str], config: dict, cwd: str) -> S
             node = _node(config, parent) if parent else config
             valid = ", ".join(sorted(node)) if isinstance(node, dict) else "keys of the run's config"
             raise ConfigError(f"hydra.sweeper searches {key}, which is not a config key (valid: {valid})")
-    for kind, make in (("sampler", make_sampler), ("pruner", make_pruner)):
+    for kind, make in (("sampler", lambda: make_sampler(cfg, space)), ("pruner", lambda: make_pruner(cfg))):
         try:
-            make(cfg)
-        except (ValueError, TypeError) as exc:
+            make()
+        except (ValueError, TypeError, ImportError) as exc:
             name = getattr(cfg, kind)
             raise ConfigError(f"hydra.sweeper.{kind}s.{name} is invalid: {str(exc).splitlines()[0]}") from None
     resolved = cfg.resolved(cwd)

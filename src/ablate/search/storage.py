@@ -3,12 +3,14 @@ which RUNNING trials, and giving back the trials of a driver that stopped."""
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
+import warnings
 from pathlib import Path
 
-from ablate.config import SearchConfig
+from ablate.config import ConfigError, SearchConfig
 from ablate.host import process_alive
 
 # Trial user attributes written by the driver.
@@ -20,7 +22,12 @@ RUN_ATTR, STEPS_ATTR, REASON_ATTR, RETRY_ATTR, DRIVER_ATTR, REUSED_ATTR = (
     "driver",
     "reused_finished_run",
 )
-DRIVERS_ATTR = "ablate.drivers"  # study system attribute: {driver id: {host, pid, heartbeat}}
+# When the trial's run ended (the job's clock), how many trials its launch ran at once, and how it
+# scheduled them: what the report's busy share of each launch is computed from.
+ENDED_ATTR, SLOTS_ATTR, SCHEDULE_ATTR = "ended_at", "slots", "schedule"
+SCHEDULES = {True: "asynchronous", False: "batch"}
+MEMORY_CONSTRAINT = "memory_gb_over_limit"  # Optuna constraint: feasible at <= 0
+DRIVERS_ATTR = "ablate.drivers"  # study user attribute: {driver id: {host, pid, heartbeat}}
 
 
 def open_storage(storage: str):
@@ -36,16 +43,75 @@ def open_storage(storage: str):
     return JournalStorage(JournalFileBackend(storage))
 
 
-def make_sampler(cfg: SearchConfig, trials_so_far: int = 0):
+def make_sampler(cfg: SearchConfig, space: dict, trials_so_far: int = 0):
     """The seed is offset by the study's trial count: a relaunch draws new points instead of
-    replaying the first launch's random start-up trials."""
+    replaying the first launch's random start-up trials. ValueError or TypeError (from Optuna, or
+    for a space the sampler cannot search) when the settings are wrong."""
     import optuna
 
     kwargs = dict((cfg.samplers or {}).get(cfg.sampler) or {})
-    seed = cfg.seed + trials_so_far
-    if cfg.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed, **kwargs)
+    # GP and QMC are marked experimental: chosen by name here, their warning at every launch says nothing new.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _sampler(cfg.sampler, kwargs, space, cfg.seed + trials_so_far)
+
+
+def _sampler(name: str, kwargs: dict, space: dict, seed: int):
+    import optuna
+
+    samplers = optuna.samplers
+    if name == "random":
+        return samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        return samplers.GPSampler(seed=seed, **kwargs)
+    if name == "cmaes":
+        _require_numeric(space, "cmaes")
+        return samplers.CmaEsSampler(seed=seed, **kwargs)
+    if name == "qmc":
+        return samplers.QMCSampler(seed=seed, **kwargs)
+    if name == "grid":
+        return samplers.GridSampler(grid(space, **kwargs), seed=seed)
+    return samplers.TPESampler(seed=seed, **kwargs)
+
+
+def _require_numeric(space: dict, sampler: str) -> None:
+    from optuna.distributions import CategoricalDistribution
+
+    categorical = sorted(k for k, d in space.items() if isinstance(d, CategoricalDistribution))
+    if categorical:
+        raise ValueError(f"{sampler} searches numbers only, and {', '.join(categorical)} is a choice (valid: tpe, gp)")
+
+
+def grid(space: dict, points_per_interval: int = 5) -> dict[str, list]:
+    """Every searched key's values: a choice's options, a range's steps, and an interval's
+    `points_per_interval` evenly spaced points (log-spaced under tag(log, ...); an integer
+    interval's rounded, each once). Integers in steps of 1 are taken for an interval."""
+    import numpy as np
+    from optuna.distributions import CategoricalDistribution
+
+    if not space:
+        raise ValueError("the grid sampler needs a search space")
+    if int(points_per_interval) < 2:
+        raise ValueError(f"points_per_interval={points_per_interval} must be at least 2")
+    values = {}
+    for key, d in space.items():
+        if isinstance(d, CategoricalDistribution):
+            values[key] = list(d.choices)
+        elif d.step is not None and not (isinstance(d.low, int) and d.step == 1):
+            values[key] = np.round(np.arange(d.low, d.high + d.step / 2, d.step), 12).tolist()
+        else:
+            spaced = np.geomspace if d.log else np.linspace
+            points = spaced(d.low, d.high, int(points_per_interval))
+            values[key] = sorted({int(round(p)) for p in points}) if isinstance(d.low, int) else points.tolist()
+    return values
+
+
+def grid_size(cfg: SearchConfig, space: dict) -> int | None:
+    """How many trials the grid has (None: not a grid sampler, no end of its own)."""
+    if cfg.sampler != "grid":
+        return None
+    settings = (cfg.samplers or {}).get("grid") or {}
+    return math.prod(len(v) for v in grid(space, **settings).values())
 
 
 def make_pruner(cfg: SearchConfig):
@@ -66,20 +132,27 @@ def make_pruner(cfg: SearchConfig):
     return pruners.NopPruner()
 
 
-def open_study(cfg: SearchConfig):
-    """Create the study, or load it when it exists (a relaunch continues it)."""
+def open_study(cfg: SearchConfig, space: dict | None = None):
+    """Create the study, or load it when it exists (a relaunch continues it); `space` is what the
+    grid sampler walks."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = space or {}
     study = optuna.create_study(
         study_name=cfg.study_name,
         storage=open_storage(cfg.storage),
-        sampler=make_sampler(cfg),
+        sampler=make_sampler(cfg, space),
         pruner=make_pruner(cfg),
-        direction="minimize",
+        directions=["minimize"] * len(cfg.objectives),
         load_if_exists=True,
     )
-    study.sampler = make_sampler(cfg, len(study.get_trials(deepcopy=False)))
+    if len(study.directions) != len(cfg.objectives):
+        raise ConfigError(
+            f"study {cfg.study_name} minimises {len(study.directions)} objective(s), not {len(cfg.objectives)} "
+            f"({', '.join(cfg.objectives)}) (valid: its own costs, or another hydra.sweeper.study_name)"
+        )
+    study.sampler = make_sampler(cfg, space, len(study.get_trials(deepcopy=False)))
     return study
 
 
@@ -89,15 +162,13 @@ class Drivers:
 
     def __init__(self, study, stale_after_s: float):
         self.study, self.stale_after_s = study, stale_after_s
-        self.id = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
 
     def beat(self) -> None:
-        storage = self.study._storage
-        study_id = self.study._study_id
-        drivers = dict(storage.get_study_system_attrs(study_id).get(DRIVERS_ATTR) or {})
+        drivers = dict(self.study.user_attrs.get(DRIVERS_ATTR) or {})
         drivers = {k: v for k, v in drivers.items() if not self._gone(v)}
         drivers[self.id] = {"host": socket.gethostname(), "pid": os.getpid(), "heartbeat": time.time()}
-        storage.set_study_system_attr(study_id, DRIVERS_ATTR, drivers)
+        self.study.set_user_attr(DRIVERS_ATTR, drivers)
 
     def _gone(self, d: dict) -> bool:
         if time.time() - d.get("heartbeat", 0) > self.stale_after_s:
@@ -108,7 +179,7 @@ class Drivers:
         """RUNNING trials whose driver is gone."""
         from optuna.trial import TrialState
 
-        drivers = self.study._storage.get_study_system_attrs(self.study._study_id).get(DRIVERS_ATTR) or {}
+        drivers = self.study.user_attrs.get(DRIVERS_ATTR) or {}
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         return [
             t
@@ -118,25 +189,35 @@ class Drivers:
         ]
 
 
-def give_back(study, trial_number: int, reason: str) -> bool:
-    """Fail a trial that did not get to finish (its driver stopped) and queue its parameters
-    again, so that the next launch runs them (resuming the run from its checkpoint)."""
+def give_back(study, trial, reason: str) -> bool:
+    """Fail a RUNNING trial (an optuna Trial) that did not get to finish (its driver stopped) and
+    queue its parameters again, so that the next launch runs them (resuming the run from its
+    checkpoint)."""
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    trial = study._storage.get_trial(
-        study._storage.get_trial_id_from_study_id_trial_number(study._study_id, trial_number)
-    )
-    if trial.state != TrialState.RUNNING:
-        return False
     try:
-        study._storage.set_trial_user_attr(trial._trial_id, REASON_ATTR, reason)
-        study._storage.set_trial_user_attr(trial._trial_id, RETRY_ATTR, True)
-        study.tell(trial_number, state=TrialState.FAIL)
+        trial.set_user_attr(REASON_ATTR, reason)
+        trial.set_user_attr(RETRY_ATTR, True)
+        study.tell(trial, state=TrialState.FAIL)
     except (UpdateFinishedTrialError, RuntimeError, ValueError):
         return False  # another driver gave it back first
-    study.enqueue_trial(trial.params, user_attrs={"retry_of": trial_number})
+    study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
     return True
+
+
+def reopen(study, frozen):
+    """A RUNNING trial of another driver, from get_trials, as a Trial this driver can update:
+    Optuna has no public way to reopen a trial by number, so this reads its storage id."""
+    from optuna.trial import Trial
+
+    return Trial(study, trial_id(frozen))
+
+
+def trial_id(trial) -> int:
+    """The storage id a job rebuilds its trial from (optuna.trial.Trial(study, id)); Optuna keeps
+    it private and offers no public accessor."""
+    return trial._trial_id
 
 
 def counted(study) -> tuple[int, int]:

@@ -4,17 +4,18 @@ Inside its job (`ablate train` under hydra/sweeper=optuna): the job rebuilds its
 storage (`trial_hook`), reports the validation loss after every evaluation and ends as "pruned"
 (StopRun) when the pruner says so. On the driver's side: SWEEP_DIR/optuna.json maps each job
 number to its trial before a batch starts, and `outcome` reads what a job's result.json means for
-its trial: COMPLETE with the final validation loss, PRUNED, or FAIL.
+its trial: COMPLETE with the final validation loss (and the costs the study minimises too), PRUNED,
+or FAIL.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ablate.config import SearchConfig
+from ablate.config.search import COSTS, SearchConfig
 from ablate.files import read_json_object, write_json
 from ablate.search.storage import make_pruner, open_storage
 
@@ -36,6 +37,8 @@ def trial_hook(hc) -> Callable[[int, float, float], None] | None:
     if not entry:
         return None
     cfg = SearchConfig(**info["search"])
+    if cfg.costs:
+        return None  # Optuna takes intermediate values of single-objective trials only
     return PruningHook(cfg, entry["number"], entry["trial_id"])
 
 
@@ -89,6 +92,21 @@ class Outcome:
     steps: int
     mlflow_run_id: str | None
     reused: bool = False  # the job found the same config already run and trained nothing
+    costs: dict = field(default_factory=dict)  # COSTS' keys, as the job's result.json has them
+    memory_bytes: int | None = None  # the run's modelled peak memory per device
+    ended_at: float | None = None  # when the run ended (Unix seconds, the job's clock)
+
+
+def objective_values(cfg: SearchConfig, out: Outcome) -> list[float]:
+    """The values Optuna is told, in cfg.objectives' order."""
+    return [out.value, *(float(out.costs[COSTS[c]]) for c in cfg.costs)]
+
+
+def memory_excess_gb(cfg: SearchConfig, out: Outcome) -> float | None:
+    """Optuna's constraint value (feasible at <= 0): GB of modelled memory over the limit."""
+    if cfg.memory_limit_gb is None or out.memory_bytes is None:
+        return None
+    return out.memory_bytes / 1e9 - cfg.memory_limit_gb
 
 
 def outcome(result: dict | None, final_val_loss_of: Callable[[str], float | None]) -> Outcome:
@@ -98,6 +116,11 @@ def outcome(result: dict | None, final_val_loss_of: Callable[[str], float | None
         return Outcome("FAIL", None, "the job wrote no result.json", 0, None)
     status, reason, run_id = result.get("status"), result.get("reason") or "", result.get("mlflow_run_id")
     steps, value = int(result.get("steps") or 0), result.get("final_val_loss")
+    measured = {
+        "costs": {key: result[key] for key in COSTS.values() if result.get(key) is not None},
+        "memory_bytes": result.get("memory_bytes"),
+        "ended_at": result.get("ended_at"),
+    }
     reused = status == "skipped"
     if reused:
         if reason.startswith("already finished") and run_id:
@@ -106,10 +129,11 @@ def outcome(result: dict | None, final_val_loss_of: Callable[[str], float | None
         elif reason.startswith("pruned"):
             status = "pruned"
     if status == "finished" and value is not None and math.isfinite(value):
-        return Outcome("COMPLETE", float(value), "", steps, run_id, reused)
+        return Outcome("COMPLETE", float(value), "", steps, run_id, reused, **measured)
     if status == "pruned":
-        return Outcome("PRUNED", None, reason, steps, run_id, reused)
-    return Outcome("FAIL", None, f"{status}: {reason}" if reason else str(status), steps, run_id, reused)
+        return Outcome("PRUNED", None, reason, steps, run_id, reused, **measured)
+    why = f"{status}: {reason}" if reason else str(status)
+    return Outcome("FAIL", None, why, steps, run_id, reused, **measured)
 
 
 def write_trials_file(sweep_dir: Path, cfg: SearchConfig, trials: dict) -> None:

@@ -49,32 +49,56 @@ class ProcessLauncher(Launcher):
             self.pool = self.sweep.start_worker(tracking_uri(config))
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from ablate.sweep.launch.process import launch
+
+        sweep = self.sweep
+        return self._run(
+            launch,
+            job_overrides,
+            initial_job_idx,
+            self.settings,
+            self._ready_pool(),
+            composed=sweep.composed if sweep is not None else None,
+            on_stop=sweep.quiet if sweep is not None else None,
+        )
+
+    def launch_as_slots_free(self, feed, slots: int, initial_job_idx: int) -> list[JobReturn]:
+        """ablate.sweep.launch.feed.SlotLauncher: a new job whenever one ends (an Optuna study's trials)."""
+        from ablate.sweep.launch.process import launch_as_slots_free
+
+        sweep = self.sweep
+        return self._run(
+            launch_as_slots_free,
+            feed,
+            slots,
+            initial_job_idx,
+            self.settings,
+            self._ready_pool(),
+            on_stop=sweep.quiet if sweep is not None else None,
+        )
+
+    def _ready_pool(self):
+        """The warm worker, kept across launches, told where this sweep's logs go."""
         import weakref
 
-        from ablate.cli.common import fail
-        from ablate.config import ConfigError
         from ablate.sweep.launch.pool import Pool
-        from ablate.sweep.launch.process import WORK_DIR, launch, tracking_uri
+        from ablate.sweep.launch.process import WORK_DIR, tracking_uri
 
-        assert self.hydra_context is not None and self.config is not None and self.task_function is not None
+        assert self.config is not None
         if self.pool is None:
             self.pool = Pool(tracking_uri(self.config))
             weakref.finalize(self, self.pool.close)  # at exit at the latest: the worker ends with its launcher
         self.pool.set_work(Path(str(self.config.hydra.sweep.dir)) / WORK_DIR)
-        sweep = self.sweep
+        return self.pool
+
+    def _run(self, launch_fn, *args, **kwargs):
+        from ablate.cli.common import fail
+        from ablate.config import ConfigError
+
+        assert self.hydra_context is not None and self.config is not None and self.task_function is not None
         try:
-            if sweep is not None:
-                sweep.ensure_open()  # a sweeper that does not plan has not opened the sweep
-            return launch(
-                self.hydra_context,
-                self.task_function,
-                self.config,
-                job_overrides,
-                initial_job_idx,
-                self.settings,
-                self.pool,
-                composed=sweep.composed if sweep is not None else None,
-                on_stop=sweep.quiet if sweep is not None else None,
-            )
+            if self.sweep is not None:
+                self.sweep.ensure_open()  # a sweeper that does not plan has not opened the sweep
+            return launch_fn(self.hydra_context, self.task_function, self.config, *args, **kwargs)
         except ConfigError as exc:
             fail(str(exc))

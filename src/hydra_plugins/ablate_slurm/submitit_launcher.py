@@ -39,10 +39,20 @@ class SubmititLauncher(Launcher):
         self.config = config
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from ablate.sweep.launch.slurm import launch
+
+        return self._run(launch, job_overrides, initial_job_idx, self.settings)
+
+    def launch_as_slots_free(self, feed, slots: int, initial_job_idx: int) -> list[JobReturn]:
+        """ablate.sweep.launch.feed.SlotLauncher: each job submitted on its own as one of `slots` ends."""
+        from ablate.sweep.launch.slurm import launch_as_slots_free
+
+        return self._run(launch_as_slots_free, feed, slots, initial_job_idx, self.settings)
+
+    def _run(self, launch_fn, *args):
         from ablate.cli.common import fail
         from ablate.config import ConfigError
         from ablate.sweep.callback import sweep_callback
-        from ablate.sweep.launch.slurm import launch
 
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
         sweep = sweep_callback(self.hydra_context)
@@ -51,6 +61,4 @@ class SubmititLauncher(Launcher):
                 sweep.ensure_open()  # a sweeper that does not plan has not opened the sweep
         except ConfigError as exc:
             fail(str(exc))
-        return launch(
-            self.hydra_context, self.task_function, self.config, job_overrides, initial_job_idx, self.settings
-        )
+        return launch_fn(self.hydra_context, self.task_function, self.config, *args)

@@ -34,6 +34,7 @@ from ablate.config import ProcessSettings
 from ablate.files import read_json, write_json
 from ablate.host import available_cores
 from ablate.sweep.context import read_sweep_file
+from ablate.sweep.launch.feed import JobFeed
 from ablate.sweep.launch.job import run_all_here
 from ablate.sweep.launch.pool import Exited, Pool, wait_all
 from ablate.sweep.launch.returns import from_json
@@ -141,27 +142,88 @@ def tracking_uri(config) -> str | None:
 def run_pool(queue: list[Job], res: Resources, pool: Pool, work: Path, stop_timeout_s: float, on_stop=None) -> dict:
     """Keep `res.workers` jobs going until the queue is empty; {num: JobReturn}."""
     returns: dict = {}
+
+    def ended(job: Job, ret) -> None:
+        returns[job.num] = ret
+
+    def told() -> str:
+        return f"{len(queue)} not started, {len(returns)} ended before"
+
+    keep_busy(lambda: queue.pop(0) if queue else None, ended, res, pool, work, stop_timeout_s, on_stop, told)
+    return returns
+
+
+def launch_as_slots_free(
+    hydra_context,
+    task_function,
+    config,
+    feed: JobFeed,
+    slots: int,
+    initial_job_idx: int,
+    settings: ProcessSettings,
+    pool: Pool,
+    on_stop=None,
+) -> list:
+    """SlotLauncher.launch_as_slots_free (feed.py) on the warm worker: at most `slots` jobs (and
+    the launcher's workers) at once, the feed asked for the next whenever one ends; the JobReturns
+    in the order the jobs ended."""
+    from hydra.core.utils import configure_log, setup_globals
+
+    setup_globals()
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    work = Path(str(config.hydra.sweep.dir)) / WORK_DIR
+    work.mkdir(parents=True, exist_ok=True)
+    res = resources(settings, slots, available_cores())
+    log.info(f"Launching jobs as slots free, {res.workers} at a time, {res.threads} thread(s) each (logs in {work})")
+    pool.set_spec(spec(hydra_context, task_function, config))
+    returns: list = []
+    started: list[Job] = []
+
+    def next_job() -> Job | None:
+        num = initial_job_idx + len(started)
+        overrides = feed.next_job(num)
+        if overrides is None:
+            return None
+        started.append(Job(num, list(overrides)))
+        return started[-1]
+
+    def ended(job: Job, ret) -> None:
+        returns.append(ret)
+        feed.job_ended(job.num, ret)
+
+    keep_busy(
+        next_job, ended, res, pool, work, settings.stop_timeout_s, on_stop, lambda: f"{len(returns)} ended before"
+    )
+    return returns
+
+
+def keep_busy(next_job, ended, res: Resources, pool: Pool, work: Path, stop_timeout_s: float, on_stop, told) -> None:
+    """Start `next_job()` whenever fewer than `res.workers` run (None: nothing to start now) and
+    hand each ending to `ended(job, JobReturn)`, until nothing runs and nothing is left to start.
+    Interrupted, the running jobs are stopped; `told()` says what else there was."""
     running: dict[int, Job] = {}
     try:
-        while queue or running:
-            while queue and len(running) < res.workers:
-                job = queue.pop(0)
+        while True:
+            job = next_job() if len(running) < res.workers else None
+            while job is not None:
                 start(job, pool, work, res.threads)
                 running[job.num] = job
-            for ended in pool.wait(POLL_S):
-                job = running.pop(ended.num)
-                returns[job.num] = collect(job, work, ended)
+                job = next_job() if len(running) < res.workers else None
+            if not running:
+                return
+            for exited in pool.wait(POLL_S):
+                job = running.pop(exited.num)
+                ended(job, collect(job, work, exited))
     except BaseException as exc:  # Ctrl-C, or the launcher itself failing: no job is left behind
         if on_stop is not None:
             on_stop()
         stopped = stop(pool, running, stop_timeout_s)
         if isinstance(exc, KeyboardInterrupt):
             raise SweepInterrupted(
-                f"{stopped} running job(s) stopped (checkpointed, KILLED in MLflow), {len(queue)} not started, "
-                f"{len(returns)} ended before; launch the same command again to resume"
+                f"{stopped} running job(s) stopped (checkpointed, KILLED in MLflow), {told()}; "
+                "launch the same command again to resume"
             ) from None
         raise
-    return returns
 
 
 def spec(hydra_context, task_function, config) -> bytes:

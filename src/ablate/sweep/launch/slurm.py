@@ -35,6 +35,7 @@ from typing import Any
 from ablate.config import SubmititSettings
 from ablate.files import write_json
 from ablate.sweep.context import read_sweep_file
+from ablate.sweep.launch.feed import JobFeed
 from ablate.tracking.tags import REASON_TAG, SWEEP_TAG
 
 JOBS_FILE = "jobs.json"
@@ -201,6 +202,61 @@ def launch(
     returns = [_job_return(s, c) for s, c in zip(submitted, job_configs, strict=False)]
     _fail_orphaned_runs(sweep_dir, submitted)
     return returns
+
+
+def launch_as_slots_free(
+    hydra_context, task_function, config, feed: JobFeed, slots: int, initial_job_idx: int, settings: SubmititSettings
+) -> list:
+    """SlotLauncher.launch_as_slots_free (feed.py) on SLURM: a slot is a job allowance, each job
+    submitted on its own as soon as one of the `slots` in flight has ended, with the resources
+    its own config asks for; the JobReturns in the order the jobs ended."""
+    from hydra.core.utils import setup_globals
+
+    setup_globals()
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    folder = _folder(settings, sweep_dir)
+    in_flight: dict[int, tuple[Submitted, Any]] = {}
+    submitted: list[Submitted] = []
+    returns: list = []
+    try:
+        while True:
+            overrides = feed.next_job(initial_job_idx + len(submitted)) if len(in_flight) < slots else None
+            if overrides is not None:
+                num = initial_job_idx + len(submitted)
+                in_flight[num] = _submit_one(hydra_context, task_function, config, overrides, num, settings, folder)
+                submitted.append(in_flight[num][0])
+                continue
+            if not in_flight:
+                break
+            done = [num for num, (s, _) in in_flight.items() if s.job.done()]
+            for num in done:
+                s, cfg = in_flight.pop(num)
+                returns.append(_job_return(s, cfg))
+                feed.job_ended(num, returns[-1])
+            if not done:
+                time.sleep(settings.poll_s)
+    except KeyboardInterrupt:
+        ids = " ".join(str(s.job.job_id) for s, _ in in_flight.values())
+        print(f"stopped waiting; the jobs go on (scancel {ids} stops them)", file=sys.stderr)
+        raise
+    _fail_orphaned_runs(sweep_dir, submitted)
+    return returns
+
+
+def _submit_one(hydra_context, task_function, config, overrides, num: int, settings: SubmititSettings, folder: Path):
+    """One job submitted on its own: (Submitted, its composed config)."""
+    from hydra.core.singleton import Singleton
+    from omegaconf import OmegaConf
+
+    cfg = _job_config(hydra_context, config, overrides, num)
+    res = resources(settings, OmegaConf.to_container(cfg.hardware, resolve=True))
+    runner = JobRunner(hydra_context, task_function, config, Singleton.get_state(), res.threads)
+    job = executor_for(settings, res, folder).submit(runner, list(overrides), num)
+    s = Submitted(num, list(overrides), _run_dir(cfg), job)
+    _record(Path(str(config.hydra.sweep.dir)), settings, res, [s])
+    print(f"submitted job {num} to {settings.cluster} as {job.job_id}", file=sys.stderr)
+    return s, cfg
 
 
 def _job_config(hydra_context, config, overrides, num: int):
