@@ -36,6 +36,20 @@ HASH_EXCLUDED = {
 }
 
 
+# Each key's value before it existed: a run at it hashes as it did then, so its records stay found.
+BASELINE_ARMS = {
+    "model.position": "learned",
+    "model.norm": "layernorm",
+    "model.mlp": "gelu",
+    "model.qk_norm": False,
+    "model.n_kv_head": None,
+    "model.tie_embeddings": True,
+    "train.tokens_per_param": None,
+    "train.grad_accum": 1,
+    "train.z_loss": 0.0,
+}
+
+
 def config_hash(cfg: RunConfig, hardware=None) -> str:
     """sha256 of the canonical JSON of the result-determining config; 16 hex characters.
 
@@ -46,6 +60,14 @@ def config_hash(cfg: RunConfig, hardware=None) -> str:
     if not flat.get("model.mup"):  # options that change nothing when off keep older hashes valid
         flat.pop("model.mup", None)
         flat.pop("model.mup_base_width", None)
+    for key, baseline in BASELINE_ARMS.items():  # keys added after runs were recorded, at their old values
+        if key in flat and flat[key] == baseline:
+            flat.pop(key)
+    if flat.get("model.position") != "rope":
+        flat.pop("model.rope_base", None)
+    if flat.get("optim.name") != "muon":
+        for key in [k for k in flat if k.startswith("optim.muon_")]:
+            flat.pop(key)
     if flat.get("optim.schedule") != "wsd":
         flat.pop("optim.cooldown_fraction", None)
         flat.pop("optim.cooldown_shape", None)

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from ablate.config import ConfigError, ModelConfig, OptimConfig
-from ablate.model.gpt import GPT, attention_scale
+from ablate.model.attention import attention_scale
+from ablate.model.gpt import GPT
 from ablate.model.optim import ScaledLRAdamW, build_optimizer
 from ablate.run import train
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import NoReturn
 
-from ablate.config import CONF_DIR, CONF_MODULE, CONF_PATH, ConfigError, group_options, parse_run
+from ablate.config import BUDGET_KEYS, CONF_DIR, CONF_MODULE, CONF_PATH, ConfigError, group_options, parse_run
 from ablate.files import check_writable_dir
 from ablate.host import interrupting_signal
 
@@ -271,11 +271,12 @@ def hydra_args(argv: list[str]):
 
 def budget_override(args: list[str]) -> list[str]:
     """A run has exactly one budget and the default one is train.steps: `train.tokens=...` or
-    `train.flops=...` on the command line, without train.steps, replaces it (["train.steps=null"])."""
+    `train.flops=...` or `train.tokens_per_param=...` on the command line, without train.steps,
+    replaces it (["train.steps=null"])."""
     keys = {a.split("=", 1)[0].lstrip("+~"): a.split("=", 1)[1] for a in args if "=" in a and not a.startswith("-")}
     if "train.steps" in keys:
         return []
-    given = [k for k in ("train.tokens", "train.flops") if keys.get(k, "null") != "null"]
+    given = [f"train.{k}" for k in BUDGET_KEYS if k != "steps" and keys.get(f"train.{k}", "null") != "null"]
     return ["train.steps=null"] if given else []
 
 

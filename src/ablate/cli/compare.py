@@ -74,7 +74,8 @@ def arms_from_csv(cfg: CompareConfig):
 
 
 SEED_COLUMNS = ("seed", "train.seed")
-BUDGET_COLUMNS = ("train.tokens", "train.steps", "train.flops")  # the budget: the tokens column measures it
+# the budget: the tokens column measures it
+BUDGET_COLUMNS = ("train.tokens", "train.steps", "train.flops", "train.tokens_per_param")
 
 
 def _csv_pairing(row: dict, arm: str) -> tuple:

@@ -58,6 +58,7 @@ from ablate.config.plan import (
 )
 from ablate.config.presets import CONF_DIR, CONF_MODULE, CONF_PATH, group_options
 from ablate.config.run import (
+    BUDGET_KEYS,
     DEVICE_KINDS,
     MAX_EVAL_BATCHES,
     MAX_FLUSH_INTERVAL_S,
@@ -99,6 +100,7 @@ __all__ = [
     "ConfigError",
     "UnsupportedError",
     # one training run
+    "BUDGET_KEYS",
     "DEVICE_KINDS",
     "MAX_EVAL_BATCHES",
     "MAX_FLUSH_INTERVAL_S",

@@ -5,6 +5,7 @@ slice (a `ModelConfig`, never the whole tree).
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,9 +27,16 @@ MAX_EVAL_BATCHES = 10_000
 # Longer than this between flushes is no batching but metrics held back for good (and beyond what a
 # timed wait accepts).
 MAX_FLUSH_INTERVAL_S = 3600.0
+BUDGET_KEYS = ("steps", "tokens", "flops", "tokens_per_param")
 
 PRECISION_NAMES = ("fp32", "bf16", "bf16_pure", "fp16", "fp8", "fp8_emulated")
 DEVICE_KINDS = ("cpu", "cuda", "mps")
+# The built-in arms of each swappable part of a block; each part also takes PACKAGE.MODULE:CLASS, a
+# class of the user's own built as CLASS(model_cfg) that maps (B, T, C) to (B, T, C) (model/parts.py).
+ATTENTIONS = ("manual", "sdpa")
+MLPS = ("gelu", "swiglu", "relu2")
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rope", "none")
 
 
 @dataclass
@@ -40,7 +48,25 @@ class ModelConfig:
     block_size: int = 64
     # None: taken from the data source (27 for the synthetic language, 256 for bytes).
     vocab_size: int | None = None
-    attention: Literal["manual", "sdpa"] = "sdpa"
+    # Attention kernel: the softmax written out (manual) or torch's fused one (sdpa), same numbers.
+    attention: str = "sdpa"
+    # Positions: a learned table (GPT-2), rotary (Su et al. 2021, RoFormer, base rope_base), or none
+    # (NoPE, Kazemnejad et al. 2023: the causal mask alone orders the tokens).
+    position: Literal["learned", "rope", "none"] = "learned"
+    rope_base: float = 10000.0
+    # layernorm (Ba et al. 2016, bias-free) or rmsnorm (Zhang & Sennrich 2019), both with a gain.
+    norm: str = "layernorm"
+    # gelu (4C, GPT-2), swiglu (Shazeer 2020; hidden round(8C/3) so parameters match 4C), relu2
+    # (squared ReLU, So et al. 2021, Primer; 4C).
+    mlp: str = "gelu"
+    # RMS-normalise q and k per head before the dot product, without a gain (Henry et al. 2020;
+    # as nanochat), which bounds the attention logits.
+    qk_norm: bool = False
+    # Key/value heads: null is n_head (multi-head); fewer share each k, v among n_head / n_kv_head
+    # query heads (GQA, Ainslie et al. 2023); 1 is multi-query attention (Shazeer 2019).
+    n_kv_head: int | None = None
+    # The output head reuses the token embedding (Press & Wolf 2017); false gives it its own V x C.
+    tie_embeddings: bool = True
     dropout: float = 0.0
     init_std: float = 0.02
     # Planning presets (e.g. 1.5B) describe runs to price, not to train on a laptop.
@@ -68,6 +94,81 @@ class ModelConfig:
         require_positive("model.init_std", self.init_std)
         if self.mup_base_width is not None:
             require_positive("model.mup_base_width", self.mup_base_width)
+        for key, builtin in (("attention", ATTENTIONS), ("mlp", MLPS), ("norm", NORMS)):
+            check_part(f"model.{key}", getattr(self, key), builtin)
+        self._check_heads()
+        if self.position == "rope":
+            require_positive("model.rope_base", self.rope_base)
+            if self.head_dim % 2:
+                raise ConfigError(
+                    f"model.position=rope needs an even head size, and n_embd / n_head = {self.head_dim} "
+                    "(valid: an even model.n_embd / model.n_head, or model.position=learned)"
+                )
+        self._check_mup()
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    @property
+    def mlp_hidden(self) -> int:
+        """The MLP's hidden width: 4C, or for SwiGLU's three matrices round(8C/3), whose 3 C h
+        parameters match the 8 C^2 of two 4C matrices (within one row of C)."""
+        return round(8 * self.n_embd / 3) if self.mlp == "swiglu" else 4 * self.n_embd
+
+    def custom_parts(self) -> dict[str, str]:
+        """The parts that are a user's class (PACKAGE.MODULE:CLASS), by key."""
+        return {k: getattr(self, k) for k in ("attention", "mlp", "norm") if is_user_class(getattr(self, k))}
+
+    def _check_heads(self) -> None:
+        if self.n_kv_head is None:
+            return
+        require_positive("model.n_kv_head", self.n_kv_head)
+        if self.n_head % self.n_kv_head:
+            divisors = [d for d in range(1, self.n_head + 1) if self.n_head % d == 0]
+            raise ConfigError(
+                f"model.n_kv_head={self.n_kv_head} does not divide model.n_head={self.n_head} "
+                f"(valid: {', '.join(map(str, divisors))}, or null for n_head)"
+            )
+
+    def _check_mup(self) -> None:
+        """muP's rules (Tensor Programs V) are derived for the GPT-2 block with Adam; arms it does not
+        cover would carry hyperparameters over by a rule that does not hold for them."""
+        if not self.mup:
+            return
+        uncovered = [f"model.{k}={getattr(self, k)}" for k in self.custom_parts()]
+        if self.qk_norm:
+            uncovered.append("model.qk_norm=true")
+        if uncovered:
+            raise ConfigError(
+                f"model.mup=true with {', '.join(uncovered)}: muP's scaling rules do not cover it "
+                "(valid: model.mup=false, or the built-in parts without qk_norm)"
+            )
+
+
+def is_user_class(spec: str) -> bool:
+    return ":" in str(spec)
+
+
+def check_part(key: str, spec: str, builtin: tuple[str, ...]) -> None:
+    """A built-in arm, or PACKAGE.MODULE:CLASS naming a class that can be imported now."""
+    if spec in builtin:
+        return
+    if not is_user_class(spec):
+        raise ConfigError(f"{key}={spec!r} is invalid (valid: {', '.join(builtin)}, or PACKAGE.MODULE:CLASS)")
+    module, _, name = str(spec).partition(":")
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError as e:
+        raise ConfigError(
+            f"{key}={spec}: module {module} cannot be imported ({e}) (valid: an importable module)"
+        ) from None
+    if not isinstance(found, type):
+        raise ConfigError(f"{key}={spec}: {module} has no class {name} (valid: PACKAGE.MODULE:CLASS of a class)")
 
 
 @dataclass
@@ -163,7 +264,11 @@ class HardwareConfig:
 
 @dataclass
 class OptimConfig:
-    name: Literal["adamw"] = "adamw"
+    # adamw: AdamW for every parameter. muon: Muon (Jordan et al. 2024; torch.optim.Muon) for the
+    # blocks' 2-D matrices at muon_lr, AdamW at lr for the embeddings, the head and the gains (as
+    # nanochat). Muon's step is momentum, then Newton-Schulz orthogonalisation (ns_steps iterations),
+    # scaled by sqrt(max(1, rows / cols)) (Keller Jordan's "original" adjustment).
+    name: Literal["adamw", "muon"] = "adamw"
     lr: float = 3e-3
     beta1: float = 0.9
     beta2: float = 0.95
@@ -182,9 +287,18 @@ class OptimConfig:
     min_lr_ratio: float = 0.1
     cooldown_fraction: float = 0.2
     cooldown_shape: Literal["1-sqrt", "linear", "cosine"] = "1-sqrt"
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.95
+    muon_weight_decay: float = 0.0
+    muon_ns_steps: int = 5
 
     def validate(self) -> None:
         require_positive("optim.lr", self.lr)
+        require_positive("optim.muon_lr", self.muon_lr)
+        require_fraction("optim.muon_momentum", self.muon_momentum)
+        require_positive("optim.muon_ns_steps", self.muon_ns_steps)
+        if self.muon_weight_decay < 0:
+            raise ConfigError(f"optim.muon_weight_decay={self.muon_weight_decay} is negative (valid: >= 0)")
         require_fraction("optim.beta1", self.beta1)
         require_fraction("optim.beta2", self.beta2)
         require_positive("optim.eps", self.eps)
@@ -210,7 +324,16 @@ class TrainConfig:
     steps: int | list | None = None
     tokens: int | list | None = None
     flops: float | list | None = None
+    # Tokens per parameter (Hoffmann et al. 2022: ~20 is compute-optimal), times the model's
+    # total parameters (model/accounting.params).
+    tokens_per_param: float | list | None = None
+    # Sequences per micro-batch; an optimizer step takes grad_accum micro-batches, the same rows as
+    # one batch of batch_size x grad_accum, so a batch-size arm is not capped by memory.
     batch_size: int = 16
+    grad_accum: int = 1
+    # PaLM's auxiliary z-loss (Chowdhery et al. 2022, Sec. 5): z_loss x mean(log Z)^2 added to the
+    # objective, log Z the logsumexp of each position's logits; train/loss stays the cross-entropy.
+    z_loss: float = 0.0
     eval_interval: int = 50
     eval_batches: int = 8
     log_interval: int = 10
@@ -230,13 +353,18 @@ class TrainConfig:
     profile_start: int = 10
     profile_steps: int = 3
 
+    @property
+    def sequences_per_step(self) -> int:
+        """Sequences per optimizer step: grad_accum micro-batches of batch_size."""
+        return self.batch_size * self.grad_accum
+
     def validate(self) -> None:
-        budgets = {k: getattr(self, k) for k in ("steps", "tokens", "flops") if getattr(self, k) is not None}
+        budgets = {k: getattr(self, k) for k in BUDGET_KEYS if getattr(self, k) is not None}
         if len(budgets) != 1:
             given = ", ".join(f"train.{k}={v}" for k, v in budgets.items()) or "none"
             raise ConfigError(
                 f"exactly one training budget is needed, got {given} "
-                "(valid: one of train.steps, train.tokens, train.flops; set the others to null)"
+                f"(valid: one of {', '.join('train.' + k for k in BUDGET_KEYS)}; set the others to null)"
             )
         for k, v in budgets.items():
             if isinstance(v, list):
@@ -248,7 +376,9 @@ class TrainConfig:
                     require_positive(f"train.{k}[{i}]", x)
             else:
                 require_positive(f"train.{k}", v)
-        for key in ("batch_size", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
+        if self.z_loss < 0:
+            raise ConfigError(f"train.z_loss={self.z_loss} is negative (valid: >= 0, e.g. 1e-4 as PaLM)")
+        for key in ("batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
             require_positive(f"train.{key}", getattr(self, key))
         require_at_most("train.eval_batches", self.eval_batches, MAX_EVAL_BATCHES, "batches per evaluation")
         require_positive("train.flush_interval_s", self.flush_interval_s)
@@ -348,6 +478,7 @@ def parse_run(tree: dict) -> RunConfig:
     )
     for part in (run.model, run.data, run.precision, run.hardware, run.optim, run.train, run.tracking):
         part.validate()
+    check_optimizer_fits(run)
     key, value = budget(run.train)
     if isinstance(value, list) and run.optim.schedule != "wsd":
         raise ConfigError(
@@ -357,6 +488,23 @@ def parse_run(tree: dict) -> RunConfig:
     return run
 
 
+def check_optimizer_fits(run: RunConfig) -> None:
+    """optim=muon against the model and precision it would train: muP's per-layer rates are
+    derived for Adam (Tensor Programs V), and torch.optim.Muon keeps its momentum in the weights'
+    dtype, which bf16_pure would make bf16 with no stochastic rounding of the update."""
+    if run.optim.name != "muon":
+        return
+    if run.model.mup:
+        raise ConfigError(
+            "optim=muon with model.mup=true: muP's rates are derived for Adam (valid: optim=adamw with muP)"
+        )
+    if run.precision.param_dtype != "fp32":
+        raise ConfigError(
+            f"optim=muon with precision={run.precision.name}: Muon would keep bf16 momentum and round "
+            "its update to bf16 (valid: precision=fp32, bf16, fp16, fp8 or fp8_emulated, with fp32 weights)"
+        )
+
+
 def budget(train: TrainConfig) -> tuple[str, Any]:
-    """(key, value) of the run's one budget: steps, tokens or flops."""
-    return next((k, getattr(train, k)) for k in ("steps", "tokens", "flops") if getattr(train, k) is not None)
+    """(key, value) of the run's one budget: steps, tokens, flops or tokens_per_param."""
+    return next((k, getattr(train, k)) for k in BUDGET_KEYS if getattr(train, k) is not None)

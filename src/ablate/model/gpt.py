@@ -1,7 +1,10 @@
-"""A plain single-device GPT (Radford et al. 2019 layout, pre-LayerNorm, tied embeddings).
+"""A plain single-device GPT (Radford et al. 2019 layout, pre-norm), with its architecture arms:
+positions (learned, rotary in attention.py, none), the norm (norm.py), the MLP (mlp.py), the
+attention's heads and QK-norm (attention.py), and tied or untied embeddings.
 
 Precision, compilation and parallelism are applied from outside (see precision.py, train.py);
 this module only describes the network. Shapes: B batch, T time, C = n_embd, H heads, hd = C/H.
+A part that is a user's class (PACKAGE.MODULE:CLASS, parts.py) keeps its own initialisation.
 
 With `mup` the network follows the maximal update parametrization for Adam (Yang et al. 2022,
 Tensor Programs V, Table 3 with the output multiplier of its Appendix B), relative to a base
@@ -21,60 +24,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ablate.config import ModelConfig
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.n_head = cfg.n_head
-        self.attention = cfg.attention
-        self.dropout = cfg.dropout
-        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
-        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
-        # None: PyTorch's default 1/sqrt(hd).
-        self.scale = attention_scale(cfg) if cfg.mup else None
-        mask = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
-        self.register_buffer("causal_mask", mask.view(1, 1, cfg.block_size, cfg.block_size), persistent=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        # (B, T, C) -> (B, H, T, hd)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        if self.attention == "sdpa":
-            y = F.scaled_dot_product_attention(
-                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0, scale=self.scale
-            )
-        else:
-            # softmax(q k^T / sqrt(hd)) v, written out: (B, H, T, T) scores.
-            scale = self.scale if self.scale is not None else 1.0 / math.sqrt(k.size(-1))
-            att = (q @ k.transpose(-2, -1)) * scale
-            att = att.masked_fill(~self.causal_mask[:, :, :T, :T], float("-inf"))
-            att = F.softmax(att, dim=-1)
-            att = F.dropout(att, self.dropout, self.training)
-            y = att @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.proj(y)
-
-
-class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False)
-        self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
-        self.dropout = cfg.dropout
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.dropout(self.proj(F.gelu(self.fc(x))), self.dropout, self.training)
+from ablate.model.attention import build_attention
+from ablate.model.mlp import build_mlp
+from ablate.model.norm import build_norm
 
 
 class Block(nn.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then + mlp(norm(x))."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=False)
-        self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=False)
-        self.mlp = MLP(cfg)
+        self.ln_1 = build_norm(cfg)
+        self.attn = build_attention(cfg)
+        self.ln_2 = build_norm(cfg)
+        self.mlp = build_mlp(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
@@ -89,21 +52,31 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.width_mult = width_mult(cfg)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.position == "learned" else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=False)
+        self.ln_f = build_norm(cfg)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        # Weight tying (Press & Wolf 2017): the output head reuses the token embedding.
-        self.lm_head.weight = self.wte.weight
-        self.apply(self._init_weights)
+        if cfg.tie_embeddings:
+            # Weight tying (Press & Wolf 2017): the output head reuses the token embedding.
+            self.lm_head.weight = self.wte.weight
+        users = [m for key in cfg.custom_parts() for m in self._parts(key)]
+        own = {id(m) for part in users for m in part.modules()}
+        self.apply(lambda m: None if id(m) in own else self._init_weights(m))
         # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer) so the residual stream's
         # variance does not grow with depth.
-        for name, p in self.named_parameters():
-            if name.endswith("proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=self._hidden_std() / math.sqrt(2 * cfg.n_layer))
+        for name, module in self.named_modules():
+            if name.endswith("proj") and isinstance(module, nn.Linear) and id(module) not in own:
+                nn.init.normal_(module.weight, mean=0.0, std=self._hidden_std() / math.sqrt(2 * cfg.n_layer))
+
+    def _parts(self, key: str) -> list[nn.Module]:
+        """Every module built for model.KEY (the norms include ln_f)."""
+        name = {"attention": "attn", "mlp": "mlp"}.get(key)
+        if name is not None:
+            return [getattr(b, name) for b in self.blocks]
+        return [self.ln_f, *(n for b in self.blocks for n in (b.ln_1, b.ln_2))]
 
     def _init_weights(self, module: nn.Module) -> None:
-        # The output head is the token embedding (tied): initialised as an embedding.
+        # The output head, tied or not, is initialised as an embedding (muP: width-independent).
         if isinstance(module, nn.Embedding) or module is self.lm_head:
             nn.init.normal_(module.weight, mean=0.0, std=self.cfg.init_std)
         elif isinstance(module, nn.Linear):
@@ -123,8 +96,9 @@ class GPT(nn.Module):
         B, T = idx.shape
         if T > self.cfg.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
-        pos = torch.arange(T, device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=idx.device))
         for block in self.blocks:
             x = block(x)
         h = self.ln_f(x)
@@ -142,17 +116,6 @@ def width_mult(cfg: ModelConfig) -> float:
     if not cfg.mup or cfg.mup_base_width is None:
         return 1.0
     return cfg.n_embd / cfg.mup_base_width
-
-
-def attention_scale(cfg: ModelConfig) -> float:
-    """muP attention: sqrt(hd0) / hd with hd0 = mup_base_width / n_head (equals 1/sqrt(hd) at m = 1).
-
-    Under muP q and k become correlated during training, so q.k grows like hd, not sqrt(hd)
-    (Yang et al. 2022, Sec. 4 / Appendix B "attention logit scaling").
-    """
-    hd = cfg.n_embd // cfg.n_head
-    base_hd = (cfg.mup_base_width or cfg.n_embd) / cfg.n_head
-    return math.sqrt(base_hd) / hd
 
 
 def weight_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:

@@ -1,4 +1,5 @@
-"""AdamW (Loshchilov & Hutter 2019) and its learning-rate schedule."""
+"""AdamW (Loshchilov & Hutter 2019), Muon with AdamW beside it (Jordan et al. 2024), and the
+learning-rate schedule."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch.nn as nn
 from ablate.config import OptimConfig
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig, compiled: bool = False) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, cfg: OptimConfig, compiled: bool = False):
     """Decay matrices only (GPT-2 practice); LayerNorm gains are not decayed.
 
     compiled: the model runs under torch.compile. Otherwise the optimizer is one that never
@@ -33,6 +34,8 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, compiled: bool = False) 
         {"params": no_decay, "weight_decay": 0.0},
     ]
     kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    if cfg.name == "muon":
+        return _muon_with_adamw(model, groups, cfg, compiled)
     mup = getattr(getattr(model, "cfg", None), "mup", False)
     if mup:
         groups = _mup_groups(model, groups, cfg)
@@ -112,6 +115,67 @@ class ScaledLRAdamW(torch.optim.AdamW):
 
 class EagerScaledLRAdamW(ScaledLRAdamW, EagerAdamW):
     """ScaledLRAdamW's step, then EagerAdamW's (method resolution order)."""
+
+
+def _muon_with_adamw(model: nn.Module, groups: list[dict], cfg: OptimConfig, compiled: bool) -> MuonWithAdamW:
+    """Muon for the blocks' 2-D matrices (model.hidden_matrices), AdamW for the rest: embeddings, the
+    head and the gains, which Muon's orthogonalised update does not suit (as nanochat splits them)."""
+    hidden = {id(p) for p in model.hidden_matrices()}
+    matrices = [p for p in model.parameters() if id(p) in hidden and p.requires_grad]
+    muon = (torch.optim.Muon if compiled else EagerMuon)(
+        [{"params": matrices, "lr_scale": cfg.muon_lr / cfg.lr}],
+        lr=cfg.muon_lr,
+        weight_decay=cfg.muon_weight_decay,
+        momentum=cfg.muon_momentum,
+        nesterov=True,
+        ns_steps=cfg.muon_ns_steps,
+        adjust_lr_fn="original",
+    )
+    rest = [{**g, "params": [p for p in g["params"] if id(p) not in hidden]} for g in groups]
+    adamw = (torch.optim.AdamW if compiled else EagerAdamW)(
+        [g for g in rest if g["params"]], lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps
+    )
+    return MuonWithAdamW(muon, adamw)
+
+
+class EagerMuon(EagerOnly, torch.optim.Muon):
+    """torch.optim.Muon with EagerOnly's methods (its step has no torch._dynamo wrapper)."""
+
+
+class MuonWithAdamW:
+    """Two optimizers stepped as one. The schedule writes one base lr into every group (train.py);
+    Muon's group carries lr_scale = muon_lr / lr, applied for the duration of its step only, so
+    both follow the same schedule shape from their own peak rates."""
+
+    def __init__(self, muon: torch.optim.Optimizer, adamw: torch.optim.Optimizer):
+        self.muon, self.adamw = muon, adamw
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.muon.param_groups + self.adamw.param_groups
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        base = [group["lr"] for group in self.muon.param_groups]
+        for group in self.muon.param_groups:
+            group["lr"] = group["lr"] * group["lr_scale"]
+        try:
+            self.muon.step()
+        finally:
+            for group, lr in zip(self.muon.param_groups, base, strict=True):
+                group["lr"] = lr
+        self.adamw.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.muon.zero_grad(set_to_none)
+        self.adamw.zero_grad(set_to_none)
+
+    def state_dict(self) -> dict:
+        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.muon.load_state_dict(state_dict["muon"])
+        self.adamw.load_state_dict(state_dict["adamw"])
 
 
 def lr_at(step: int, total_steps: int, cfg: OptimConfig) -> float:

@@ -184,13 +184,16 @@ class StateBytes:
 
 
 def param_tensors(model: ModelConfig) -> int:
-    """wte (tied with the head), wpe, ln_f, and per block ln_1, qkv, proj, ln_2, fc, proj."""
-    return 3 + 6 * model.n_layer
+    """wte (the head too when tied), ln_f, wpe when learned, an untied head, and per block ln_1,
+    qkv, proj, ln_2, fc, proj."""
+    return 2 + (model.position == "learned") + (not model.tie_embeddings) + 6 * model.n_layer
 
 
 def buffer_bytes(model: ModelConfig) -> int:
-    """The causal mask every attention module registers (even under sdpa): (T, T) bool per layer."""
-    return model.n_layer * model.block_size**2
+    """The causal mask every attention module registers (even under sdpa): (T, T) bool per layer;
+    with rotary positions, each layer's fp32 cos and sin tables, 2 x (T, hd / 2)."""
+    rotary = model.block_size * model.head_dim * FP32 if model.position == "rope" else 0
+    return model.n_layer * (model.block_size**2 + rotary)
 
 
 def uses_torch_adamw(precision: PrecisionConfig) -> bool:
@@ -198,13 +201,24 @@ def uses_torch_adamw(precision: PrecisionConfig) -> bool:
     return precision.param_dtype == "fp32"
 
 
-def state_bytes(model: ModelConfig, precision: PrecisionConfig, device: str = "cuda") -> StateBytes:
+def state_bytes(
+    model: ModelConfig, precision: PrecisionConfig, device: str = "cuda", optimizer: str = "adamw"
+) -> StateBytes:
+    """optimizer="muon": Muon keeps one fp32 momentum per block matrix (4 bytes), AdamW its two
+    moments for the rest (optim.build_optimizer)."""
     n = accounting.params(model)
     store = STORAGE_BYTES[precision.param_dtype]
-    optimizer = 2 * FP32 * n
+    muon = muon_params(model) if optimizer == "muon" else 0
+    states = FP32 * muon + 2 * FP32 * (n - muon)
     if uses_torch_adamw(precision) and device == "cpu":
-        optimizer += FP32 * param_tensors(model)
-    return StateBytes(n, store * n, store * n, optimizer, 0)
+        # torch's AdamW keeps a step per tensor it trains: all of them, or all but the blocks' four matrices
+        states += FP32 * (param_tensors(model) - (4 * model.n_layer if muon else 0))
+    return StateBytes(n, store * n, store * n, states, 0)
+
+
+def muon_params(model: ModelConfig) -> int:
+    """The blocks' matrices, which Muon trains (GPT.hidden_matrices)."""
+    return model.n_layer * (accounting.part_params(model, "attention") + accounting.part_params(model, "mlp"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,28 +228,59 @@ def state_bytes(model: ModelConfig, precision: PrecisionConfig, device: str = "c
 
 def layer_terms(model: ModelConfig, dt: SavedDtypes, batch: int) -> dict[str, int]:
     """Bytes one block saves for backward, by tensor (see the module docstring for shapes)."""
-    B, T, C, H = batch, model.block_size, model.n_embd, model.n_head
-    btc = B * T * C
-    terms = {
-        "ln_1 input": btc * dt.resid,
-        "ln_1 mean, rstd": 2 * B * T * dt.ln_stats,
-        "qkv input": btc * dt.lin_in,
-        "ln_2 input": btc * dt.resid,
-        "ln_2 mean, rstd": 2 * B * T * dt.ln_stats,
-        "fc input": btc * dt.lin_in,
-        "gelu input": 4 * btc * dt.mlp,
-        "mlp proj input": 4 * btc * dt.mlp,
+    return {
+        **norm_terms(model, dt, batch, "ln_1"),
+        **attention_terms(model, dt, batch),
+        **norm_terms(model, dt, batch, "ln_2"),
+        **mlp_terms(model, dt, batch),
     }
+
+
+def norm_terms(model: ModelConfig, dt: SavedDtypes, batch: int, name: str) -> dict[str, int]:
+    """LayerNorm keeps its input and two (B, T) statistics; RMSNorm (decomposed on these devices)
+    its input, one statistic and the normalised x * rstd it multiplies the gain by."""
+    B, T, C = batch, model.block_size, model.n_embd
+    if "norm" in model.custom_parts():
+        return {f"{name} ({model.norm}, measured)": _measured_saved(model, "norm", dt, batch)}
+    terms = {f"{name} input": B * T * C * dt.resid}
+    if model.norm == "rmsnorm":
+        terms[f"{name} rstd"] = B * T * dt.ln_stats
+        terms[f"{name} normalised"] = B * T * C * dt.resid
+    else:
+        terms[f"{name} mean, rstd"] = 2 * B * T * dt.ln_stats
+    return terms
+
+
+def attention_terms(model: ModelConfig, dt: SavedDtypes, batch: int) -> dict[str, int]:
+    """The attention's saved tensors. qkv's output is one (B, T, C + 2 G hd) storage; sdpa saves
+    views of it as q, k, v unless QK-norm or rotary positions make new q, k (then sdpa saves those,
+    and its output, laid out (B, H, T, hd), is copied for the projection)."""
+    B, T, C, H = batch, model.block_size, model.n_embd, model.n_head
+    if "attention" in model.custom_parts():
+        return {f"attention ({model.attention}, measured)": _measured_saved(model, "attention", dt, batch)}
+    btc, kv = B * T * C, B * T * model.kv_heads * model.head_dim
+    qkv = btc + 2 * kv
+    moved = model.qk_norm or model.position == "rope"
+    terms = {"qkv input": btc * dt.lin_in}
     if model.attention == "sdpa":
-        terms["q, k, v"] = 3 * btc * dt.attn
-        terms["attention output"] = btc * dt.attn
+        terms["q, k, v"] = qkv * dt.attn
+        if moved:
+            terms["new q, k"] = (btc + kv) * dt.attn
+            terms["attention output"] = btc * dt.attn
+        terms["attention output" if not moved else "attention proj input"] = btc * dt.attn
         terms["logsumexp"] = B * H * T * FP32
     else:
+        # The batched matmuls copy q, k^T and v with every query head's keys (GQA repeats them).
         terms["q, k^T, v copies"] = 3 * btc * dt.attn
         terms["attention probabilities"] = B * H * T * T * dt.scores
         terms["causal mask"] = T * T
         if not dt.proj_copy:
             terms["attention output"] = btc * dt.attn
+    if model.qk_norm:
+        terms.update(_qk_norm_terms(model, dt, B, qkv, btc + kv))
+    if model.position == "rope" and dt.attn != FP32:
+        # Rotary's cos and sin tables cast to the activations' dtype, for q and for k: 2 x (T, hd).
+        terms["rotary tables"] = 2 * T * model.head_dim * dt.attn
     if dt.proj_copy:
         # fp8-emulated: the projection saves a quantized copy of its input; under sdpa the
         # attention output is saved as well, by sdpa.
@@ -243,14 +288,51 @@ def layer_terms(model: ModelConfig, dt: SavedDtypes, batch: int) -> dict[str, in
     return terms
 
 
+def _qk_norm_terms(model: ModelConfig, dt: SavedDtypes, B: int, qkv: int, qk: int) -> dict[str, int]:
+    """QK-norm keeps each head's rstd, (B, H + G, T), and its input: under autocast an fp32 copy of
+    q and k; otherwise the qkv storage itself (already saved by sdpa, new under manual)."""
+    terms = {"qk-norm rstd": B * (model.n_head + model.kv_heads) * model.block_size * dt.ln_stats}
+    if dt.autocast_cache:
+        terms["qk-norm fp32 q, k"] = qk * FP32
+    elif model.attention != "sdpa":
+        terms["qk-norm input (qkv output)"] = qkv * dt.attn
+    return terms
+
+
+def mlp_terms(model: ModelConfig, dt: SavedDtypes, batch: int) -> dict[str, int]:
+    """GELU and ReLU^2: the fc input, the activation's input or output (h) and the proj input (h).
+    SwiGLU: the fc input, gate and up as one (B, T, 2h) storage, silu(gate) and the product (h each)."""
+    B, T, C, h = batch, model.block_size, model.n_embd, model.mlp_hidden
+    if "mlp" in model.custom_parts():
+        return {f"mlp ({model.mlp}, measured)": _measured_saved(model, "mlp", dt, batch)}
+    terms = {"fc input": B * T * C * dt.lin_in}
+    if model.mlp == "swiglu":
+        terms["gate, up"] = 2 * B * T * h * dt.mlp
+        terms["silu(gate)"] = B * T * h * dt.mlp
+    else:
+        terms["activation input"] = B * T * h * dt.mlp
+    terms["mlp proj input"] = B * T * h * dt.mlp
+    return terms
+
+
+def _measured_saved(model: ModelConfig, key: str, dt: SavedDtypes, batch: int) -> int:
+    """A user's part: what it saved on one fp32 sequence (model/measure.py), scaled to the batch
+    and to the policy's activation bytes."""
+    from ablate.model.measure import measure_part  # torch, only for a user's part
+
+    per_token = measure_part(model, key).saved_bytes_per_token
+    return round(per_token * batch * model.block_size * dt.resid / FP32)
+
+
 def outside_terms(model: ModelConfig, dt: SavedDtypes, batch: int) -> dict[str, int]:
     """Bytes saved outside the blocks: embedding indices, ln_f, head input, loss."""
     B, T, C, V = batch, model.block_size, model.n_embd, _vocab(model)
+    terms = {"token ids": B * T * INT64}
+    if model.position == "learned":
+        terms["positions"] = T * INT64
     return {
-        "token ids": B * T * INT64,
-        "positions": T * INT64,
-        "ln_f input": B * T * C * dt.resid,
-        "ln_f mean, rstd": 2 * B * T * dt.ln_stats,
+        **terms,
+        **norm_terms(model, dt, batch, "ln_f"),
         "head input": B * T * C * dt.head_in,
         "log-probabilities": B * T * V * FP32,
         "targets": B * T * INT64,
@@ -259,8 +341,8 @@ def outside_terms(model: ModelConfig, dt: SavedDtypes, batch: int) -> dict[str, 
 
 
 def block_weight_copies(model: ModelConfig, dt: SavedDtypes) -> int:
-    """Per block: qkv 3C^2 + proj C^2 + fc 4C^2 + proj 4C^2 = 12 C^2 weights."""
-    return 12 * model.n_embd**2 * dt.weight_copy
+    """Per block, its attention and MLP matrices (12 C^2 in the GPT-2 block)."""
+    return (accounting.attention_matrices(model) + accounting.mlp_matrices(model)) * dt.weight_copy
 
 
 @dataclass(frozen=True)
@@ -333,8 +415,9 @@ def backward_transient(
     btc = B * T * C
     logits = B * T * V * dt.logits
     head = 2 * B * T * V * FP32
-    attention = 4 * btc * dt.attn if model.attention == "sdpa" else 2 * B * H * T * T * dt.scores
-    block = max(4 * btc * dt.mlp, attention - 8 * btc * dt.mlp) + btc * dt.resid
+    h = B * T * model.mlp_hidden
+    attention = 4 * btc * dt.attn if model.attention != "manual" else 2 * B * H * T * T * dt.scores
+    block = max(h * dt.mlp, attention - 2 * h * dt.mlp) + btc * dt.resid
     if checkpointing:
         block += per_layer - btc * dt.resid + block_copies
     during_backward = logits + max(head, block - B * T * V * FP32)
@@ -345,8 +428,12 @@ def backward_transient(
     return during_backward
 
 
-def optimizer_step_transient(model: ModelConfig, precision: PrecisionConfig, device: str = "cuda") -> int:
+def optimizer_step_transient(
+    model: ModelConfig, precision: PrecisionConfig, device: str = "cuda", optimizer: str = "adamw"
+) -> int:
     """Temporaries of optimizer.step(), which runs after backward has freed the activations."""
+    if optimizer == "muon":
+        return max(muon_step_transient(model), 2 * FP32 * largest_tensor(model))
     if uses_torch_adamw(precision):
         if device == "cpu":
             # single-tensor AdamW: sqrt(v) and its quotient for one tensor at a time.
@@ -356,13 +443,25 @@ def optimizer_step_transient(model: ModelConfig, precision: PrecisionConfig, dev
 
 
 def largest_tensor(model: ModelConfig) -> int:
-    """Elements of the largest parameter tensor: the tied embedding V C or an MLP matrix 4 C^2."""
-    return max(_vocab(model) * model.n_embd, 4 * model.n_embd**2, model.block_size * model.n_embd)
+    """Elements of the largest parameter tensor: the embedding V C, an MLP matrix (SwiGLU's fc is
+    2h x C), the qkv matrix or the position table."""
+    fc = (2 if model.mlp == "swiglu" else 1) * model.mlp_hidden * model.n_embd
+    qkv = accounting.attention_matrices(model) - model.n_embd**2
+    return max(_vocab(model) * model.n_embd, fc, qkv, model.block_size * model.n_embd)
+
+
+def muon_step_transient(model: ModelConfig) -> int:
+    """torch.optim.Muon, one matrix (A, B) at a time: the Nesterov update in fp32 (4 AB), its bf16
+    copy and each Newton-Schulz iterate (2 x 2 AB), and the iteration's two Gram matrices in bf16
+    (2 x 2 min(A, B)^2)."""
+    C, h = model.n_embd, model.mlp_hidden
+    shapes = [(2 * h if model.mlp == "swiglu" else h, C), (C + 2 * model.kv_heads * model.head_dim, C)]
+    return max(8 * a * b + 4 * min(a, b) ** 2 for a, b in shapes)
 
 
 def decayed_params(model: ModelConfig) -> int:
     """The weight-decay group of build_optimizer: every matrix (LayerNorm gains excluded)."""
-    return accounting.params(model) - (2 * model.n_layer + 1) * model.n_embd
+    return accounting.params(model) - (2 * model.n_layer + 1) * accounting.norm_params(model)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,6 +515,7 @@ def gpu_memory(
     sharded: bool = False,
     device: str = "cuda",
     checkpointing: bool = False,
+    optimizer: str = "adamw",
 ) -> GpuMemory:
     """Per-GPU memory with data parallelism: replicated states (DDP), or states sharded over `gpus`
     (FSDP full sharding / ZeRO-3, Rajbhandari et al. 2020) with one block per FSDP unit.
@@ -425,9 +525,9 @@ def gpu_memory(
     from one unsharded buffer: the gather buffers replace the whole-model weight copies that autocast
     keeps on one GPU (see activation_bytes(gathered=True)).
     """
-    states = state_bytes(model, precision, device)
+    states = state_bytes(model, precision, device, optimizer)
     acts = activation_bytes(model, precision, batch, device, checkpointing)
-    opt_step = optimizer_step_transient(model, precision, device)
+    opt_step = optimizer_step_transient(model, precision, device, optimizer)
     # train.py's step still holds the logits (B, T, V) while the optimizer runs.
     logits = batch * model.block_size * _vocab(model) * saved_dtypes(precision, device).logits
     if not sharded:
@@ -446,7 +546,7 @@ def gpu_memory(
         )
     store = STORAGE_BYTES[precision.param_dtype]
     compute_bytes = 2 if precision.autocast else store
-    block = 12 * model.n_embd**2
+    block = accounting.attention_matrices(model) + accounting.mlp_matrices(model)
     gather = 2 * block * compute_bytes + block * store
     acts = activation_bytes(model, precision, batch, device, checkpointing, gathered=True)
     return GpuMemory(

@@ -17,9 +17,10 @@ Sec. 4) use this to get a whole L(D) curve for about the price of its longest ru
 al. 2024) and DeepSeek LLM (2024) fit their scaling laws so.
 
 With `workers` > 1 the trunk trains on one core and up to workers - 1 branches run at once, each in
-its own process (`python -m ablate.run.branches SPEC`), as soon as its fork is saved; with one
-worker the branches run after the trunk, in this process. A branch whose fork is missing (the trunk
-had finished before and its forks were deleted, or it diverged) trains from step 0 like any run.
+its own process (ablate/child.py, target `branch_main`, given its spec file), as soon as its fork
+is saved; with one worker the branches run after the trunk, in this process. A branch whose fork is
+missing (the trunk had finished before and its forks were deleted, or it diverged) trains from step
+0 like any run.
 
 Files: OUT/result.json is the trunk's, OUT/branches/<key>=<budget>/result.json each branch's.
 """
@@ -39,9 +40,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.config import ConfigError, RunConfig, as_dict, budget, parse_run
+from ablate.child import spawn
+from ablate.config import BUDGET_KEYS, ConfigError, RunConfig, as_dict, budget, parse_run
 from ablate.files import write_json
-from ablate.host import die_with_parent, interrupt_on
+from ablate.host import interrupt_on
 from ablate.model.optim import cooldown_start
 from ablate.run import checkpoint
 from ablate.run.decision import SKIP, decide
@@ -95,7 +97,7 @@ def prepare_family(cfg: RunConfig) -> Family:
         if s == t:
             raise ConfigError(
                 f"train.{key}={list(values)}: budgets {a:g} and {b:g} are both {s} steps of "
-                f"{cfg.train.batch_size * cfg.model.block_size} tokens (valid: budgets at least one step apart)"
+                f"{cfg.train.sequences_per_step * cfg.model.block_size} tokens (valid: budgets at least one step apart)"
             )
     forks = tuple(cooldown_start(b.total_steps, b.cfg.optim) for b in branches)
     trunk = None
@@ -123,7 +125,7 @@ def named(cfg: RunConfig, key: str, what: str, name: str | None = None) -> RunCo
 
 
 def with_budget(cfg: RunConfig, key: str, value) -> RunConfig:
-    train = dataclasses.replace(cfg.train, **{k: value if k == key else None for k in ("steps", "tokens", "flops")})
+    train = dataclasses.replace(cfg.train, **{k: value if k == key else None for k in BUDGET_KEYS})
     return dataclasses.replace(cfg, train=train)
 
 
@@ -340,10 +342,8 @@ class _Branches:
         with self.lock:
             if self.stopped:
                 return -1
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "ablate.run.branches", str(spec_path), str(os.getpid())],
-                stdin=subprocess.DEVNULL,
-                env=env,
+            proc = spawn(
+                "ablate.run.branches:branch_main", {"spec_path": str(spec_path)}, stdin=subprocess.DEVNULL, env=env
             )
             self.procs[i] = proc
         return proc.wait()
@@ -360,11 +360,10 @@ class _Branches:
         return read_result(directory)
 
 
-def branch_main(spec_path: str, parent_pid: int) -> None:
-    """A branch in its own process: `python -m ablate.run.branches SPEC PARENT_PID`."""
+def branch_main(spec_path: str) -> None:
+    """A branch in a process of its own, which the trunk's started (`_run_process`)."""
     from ablate.run import train
 
-    die_with_parent(parent_pid)
     interrupt_on(signal.SIGTERM, signal.SIGINT)
     spec = json.loads(Path(spec_path).read_text())
     cfg = parse_run(spec["config"])
@@ -379,10 +378,3 @@ def branch_main(spec_path: str, parent_pid: int) -> None:
         kind=BRANCH_KIND,
         fork=checkpoint.Fork(fork["step"], Path(fork["directory"])) if fork else None,
     )
-
-
-if __name__ == "__main__":
-    try:
-        branch_main(sys.argv[1], int(sys.argv[2]))
-    except KeyboardInterrupt:
-        sys.exit(130)

@@ -37,7 +37,7 @@ class Prepared:
     def epochs(self) -> float:
         """How many times the run reads its training split over: tokens trained / tokens in the split
         (batches are random windows, so past 1 some text is seen again)."""
-        tokens = self.total_steps * self.cfg.train.batch_size * self.cfg.model.block_size
+        tokens = self.total_steps * self.cfg.train.sequences_per_step * self.cfg.model.block_size
         return tokens / max(len(self.data.train), 1)
 
     def repeat_warning(self) -> str | None:
@@ -88,18 +88,20 @@ def _cached(caches: dict, kind: str, key, make):
 
 
 def total_steps(cfg: RunConfig) -> int:
-    """The step budget; a token or FLOP budget smaller than one step is refused, not rounded up."""
-    tokens_per_step = cfg.train.batch_size * cfg.model.block_size
+    """The step budget; a token or FLOP budget smaller than one step is refused, not rounded up.
+    train.tokens_per_param is a token budget of that many tokens per parameter (accounting.params)."""
+    tokens_per_step = cfg.train.sequences_per_step * cfg.model.block_size
     if cfg.train.steps is not None:
         return cfg.train.steps
-    if cfg.train.tokens is not None:
-        if cfg.train.tokens < tokens_per_step:
+    if cfg.train.tokens is not None or cfg.train.tokens_per_param is not None:
+        tokens, key = budget_tokens(cfg)
+        if tokens < tokens_per_step:
             raise ConfigError(
-                f"train.tokens={cfg.train.tokens} is less than one step "
-                f"({cfg.train.batch_size} x {cfg.model.block_size} = {tokens_per_step} tokens) "
-                f"(valid: >= {tokens_per_step}, or a smaller train.batch_size or model.block_size)"
+                f"{key} is less than one step "
+                f"({cfg.train.sequences_per_step} x {cfg.model.block_size} = {tokens_per_step} tokens) "
+                f"(valid: >= {tokens_per_step} tokens, or a smaller train.batch_size or model.block_size)"
             )
-        return math.ceil(cfg.train.tokens / tokens_per_step)
+        return math.ceil(tokens / tokens_per_step)
     step_flops = accounting.flops_per_token(cfg.model) * tokens_per_step
     if cfg.train.flops < step_flops:
         raise ConfigError(
@@ -109,6 +111,15 @@ def total_steps(cfg: RunConfig) -> int:
     return math.ceil(cfg.train.flops / step_flops)
 
 
+def budget_tokens(cfg: RunConfig) -> tuple[float, str]:
+    """The token budget and how it was given (for a message)."""
+    if cfg.train.tokens is not None:
+        return cfg.train.tokens, f"train.tokens={cfg.train.tokens}"
+    n = accounting.params(cfg.model)
+    tokens = cfg.train.tokens_per_param * n
+    return tokens, f"train.tokens_per_param={cfg.train.tokens_per_param:g} x {n:,} parameters = {tokens:,.0f} tokens"
+
+
 def check_memory(cfg: RunConfig, hw: Hardware) -> None:
     """One training step's peak memory (perf/memory.py: weights, gradients, AdamW's moments and the
     activations of train.batch_size sequences, per rank) against what the device has free now."""
@@ -116,7 +127,8 @@ def check_memory(cfg: RunConfig, hw: Hardware) -> None:
     if free is None:
         return
     ranks = distributed.world_size(cfg, hw.device)
-    need = gpu_memory(cfg.model, cfg.precision, max(1, cfg.train.batch_size // ranks), device=hw.device).total * ranks
+    micro = max(1, cfg.train.batch_size // ranks)
+    need = gpu_memory(cfg.model, cfg.precision, micro, device=hw.device, optimizer=cfg.optim.name).total * ranks
     if need > free:
         raise ConfigError(
             f"model={cfg.model.name} with train.batch_size={cfg.train.batch_size} needs about {need / 1e9:.3g} GB "

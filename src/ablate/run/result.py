@@ -62,6 +62,10 @@ class RunResult:
     gpu: str | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    # Training FLOPs per token (model/accounting.py), and whether by formula or with a user's part
+    # measured by FlopCounterMode.
+    flops_per_token: int | None = None
+    flops_source: str | None = None
 
     @classmethod
     def from_trainer(cls, t, status: str, reason: str) -> RunResult:
@@ -80,6 +84,8 @@ class RunResult:
             device=t.device,
             params=accounting.params(cfg.model),
             params_non_embedding=accounting.params_non_embedding(cfg.model),
+            flops_per_token=accounting.flops_per_token(cfg.model),
+            flops_source=accounting.flops_source(cfg.model),
             steps=t.step,
             tokens=t.tokens,
             flops=t.flops,
@@ -118,6 +124,8 @@ class RunResult:
             device=p.hardware.device,
             params=accounting.params(cfg.model),
             params_non_embedding=accounting.params_non_embedding(cfg.model),
+            flops_per_token=accounting.flops_per_token(cfg.model),
+            flops_source=accounting.flops_source(cfg.model),
             steps=0,
             tokens=0,
             flops=0.0,
@@ -156,7 +164,7 @@ def gpu_id(device: str) -> str | None:
 
 def step_memory(cfg, device: str) -> int:
 
-    return gpu_memory(cfg.model, cfg.precision, cfg.train.batch_size, device=device).total
+    return gpu_memory(cfg.model, cfg.precision, cfg.train.batch_size, device=device, optimizer=cfg.optim.name).total
 
 
 def bits_per_byte(loss: float | None, bytes_per_token: float | None) -> float | None:

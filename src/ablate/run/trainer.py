@@ -53,6 +53,12 @@ def state_mismatch(model_cfg, state: dict) -> str | None:
     return None
 
 
+def z_loss(logits: torch.Tensor) -> torch.Tensor:
+    """PaLM's z-loss term (Chowdhery et al. 2022, Sec. 5): mean over positions of (log Z)^2, log Z
+    the logsumexp of a position's logits (B, T, V) -> (B, T); it keeps the softmax normaliser near 1."""
+    return logits.float().logsumexp(dim=-1).square().mean()
+
+
 class Trainer:
     """`forks`: {step: hook(trainer)}, called once the step's update is done with the trainer in the
     state a run of any longer budget has at that step (run/branches.py saves cooldown forks so)."""
@@ -77,7 +83,7 @@ class Trainer:
         self.state_dir, self.out_dir = state_dir, out_dir
         self.progress_file = progress_file  # a sweep's job: its progress for the sweep's line
         self.device = p.hardware.device
-        self.tokens_per_step = self.cfg.train.batch_size * self.cfg.model.block_size
+        self.tokens_per_step = self.cfg.train.sequences_per_step * self.cfg.model.block_size
         self.flops_per_token = accounting.flops_per_token(self.cfg.model)
         self.peak = p.hardware.peak_for(self.cfg.precision)
         self.step = 0
@@ -186,8 +192,9 @@ class Trainer:
         # profiling.phase names the parts of a step in a trace (forward, backward, ...)
         c = self.cfg
         with profiling.phase("data"):
+            # The step's rows, the same as one batch of batch_size x grad_accum would draw.
             x, y = get_batch(
-                self.p.data.train, c.train.batch_size, c.model.block_size, c.train.seed, self.step, "train"
+                self.p.data.train, c.train.sequences_per_step, c.model.block_size, c.train.seed, self.step, "train"
             )
             x, y = distributed.local_rows(x), distributed.local_rows(y)  # this rank's rows
             x, y = x.to(self.device), y.to(self.device)
@@ -195,16 +202,18 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.lr = lr
-        with profiling.phase("forward"), self.runtime.autocast():
-            _, loss = self.forward(x, y)
         scaler = self.runtime.scaler
-        with profiling.phase("backward"):
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.unscale_(self.optimizer)
-            else:
-                loss.backward()
+        loss = torch.zeros((), device=self.device)
+        for xm, ym in zip(x.chunk(c.train.grad_accum), y.chunk(c.train.grad_accum), strict=True):
+            with profiling.phase("forward"), self.runtime.autocast():
+                logits, micro = self.forward(xm, ym)
+                objective = (micro + c.train.z_loss * z_loss(logits) if c.train.z_loss else micro) / c.train.grad_accum
+            with profiling.phase("backward"):
+                (scaler.scale(objective) if scaler is not None else objective).backward()
+            loss += micro.detach() / c.train.grad_accum
         with profiling.phase("optimizer"):
+            if scaler is not None:
+                scaler.unscale_(self.optimizer)
             if c.optim.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.optim.grad_clip)
             if scaler is not None:
@@ -213,7 +222,7 @@ class Trainer:
             else:
                 self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+        return loss
 
     @torch.no_grad()
     def evaluate(self) -> float:
@@ -221,10 +230,12 @@ class Trainer:
         self.model.eval()
         losses = []
         for i in range(c.train.eval_batches):
-            x, y = get_val_batch(self.p.data.val, c.train.batch_size, c.model.block_size, i)
-            with self.runtime.autocast():
-                _, loss = self.forward(x.to(self.device), y.to(self.device))
-            losses.append(loss.item())
+            # The windows of a batch of batch_size x grad_accum, evaluated a micro-batch at a time.
+            x, y = get_val_batch(self.p.data.val, c.train.sequences_per_step, c.model.block_size, i)
+            for xm, ym in zip(x.chunk(c.train.grad_accum), y.chunk(c.train.grad_accum), strict=True):
+                with self.runtime.autocast():
+                    _, loss = self.forward(xm.to(self.device), ym.to(self.device))
+                losses.append(loss.item())
         self.model.train()
         return sum(losses) / len(losses)
 

@@ -126,7 +126,7 @@ def key(cfg, caches: dict) -> tuple[str, int, float]:
     from ablate.run.prepare import prepare  # torch: the jobs' devices
 
     p = prepare(cfg, caches)
-    tokens = p.total_steps * p.cfg.train.batch_size * p.cfg.model.block_size
+    tokens = p.total_steps * p.cfg.train.sequences_per_step * p.cfg.model.block_size
     return p.config_hash, p.total_steps, float(tokens * accounting.flops_per_token(p.cfg.model))
 
 

@@ -44,7 +44,7 @@ def make_prediction(prepared: Prepared, fit_path: Path, overrides: list[str], ou
     """The prediction document for the run `prepared` describes (not yet written)."""
     fit = load_fit(str(fit_path))
     cfg = prepared.cfg
-    tokens = prepared.total_steps * cfg.train.batch_size * cfg.model.block_size
+    tokens = prepared.total_steps * cfg.train.sequences_per_step * cfg.model.block_size
     counts = {
         "total": accounting.params(cfg.model),
         "non_embedding": accounting.params_non_embedding(cfg.model),

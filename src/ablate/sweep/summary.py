@@ -33,7 +33,7 @@ from ablate.run.result import BRANCHES_DIR
 
 # Override keys that set a run's size, and those that set how long it trains.
 SIZE_KEYS = ("model",)
-BUDGET_KEYS = ("train.steps", "train.tokens", "train.flops")
+BUDGET_KEYS = ("train.steps", "train.tokens", "train.flops", "train.tokens_per_param")
 FAILED_STATUSES = ("failed", "killed", "missing")
 
 
