@@ -1,20 +1,24 @@
 """The package layout as a rule: imports run one way through the layers, no module imports in a
-cycle, and planning and fitting work without torch. The tests' own layout too: tests/<package>/
+cycle, planning and fitting work without torch, and every child process starts through one entry
+point (ablate/child.py). The tests' own layout too: tests/<package>/
 mirrors src/ablate/, shared set-up is in fixtures, and no file under tests/ imports another test file."""
 
 import ast
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+
+from ablate.child import TARGET
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ablate"
 TESTS = Path(__file__).resolve().parent
 
 # Lowest first. A module may import its own package and any package of a lower rank.
 LAYERS = [
-    {"ablate"},  # config/ (and the presets, conf/), errors, files, faults, host, provenance
+    {"ablate"},  # config/ (and the presets, conf/), child, errors, files, faults, host, provenance
     {"model", "data"},
     {"perf"},
     {"tracking"},
@@ -78,12 +82,13 @@ def imports(path: Path) -> list[tuple[str, bool]]:
         elif isinstance(node, ast.Import):
             found += [(resolve(a.name), id(node) in top) for a in node.names if a.name.split(".")[0] == "ablate"]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _names_a_module(node.value):
-            found.append((node.value, False))
+            found.append((node.value.partition(":")[0], False))
     return found
 
 
 def _names_a_module(text: str) -> bool:
-    return text.startswith("ablate.") and text in MODULES
+    """A module's name, or a child's target in it ("ablate.run.watchdog:main", ablate/child.py)."""
+    return text.startswith("ablate.") and text.partition(":")[0] in MODULES
 
 
 GRAPH = {m: imports(p) for m, p in MODULES.items()}
@@ -142,13 +147,82 @@ def test_the_checker_sees_imports_by_name(tmp_path):
     (tmp_path / "m.py").write_text(
         "import importlib\nPRELOAD = ('numpy', 'ablate.cli.train')\n"
         "def f():\n    importlib.import_module('ablate.run.train')\n    return ['-m', 'ablate.tracking.agent']\n"
-        "TAG = 'ablate.nothing'\n"
+        "TAG = 'ablate.nothing'\nCHILD = spawn('ablate.run.watchdog:main', {})\n"
     )
     assert imports(tmp_path / "m.py") == [
         ("ablate.cli.train", False),
+        ("ablate.run.watchdog", False),
         ("ablate.run.train", False),
         ("ablate.tracking.agent", False),
     ]
+
+
+# -- the processes ---------------------------------------------------------------------------------
+
+CHILD_ENTRY = "ablate.child"
+
+
+def child_starts(path: Path) -> list[str]:
+    """Ways a module starts a process of the project other than ablate/child.py: `python -m` with a
+    module of ablate (`python -m ablate` is the command line itself, a user's path), and
+    multiprocessing, torch's included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            words = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            found += [f"-m {b}" for a, b in pairwise(words) if a == "-m" and str(b).startswith("ablate.")]
+        elif isinstance(node, ast.Attribute) and node.attr == "multiprocessing":
+            found.append(ast.unparse(node))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) else [])
+            found += [n for n in names if n and "multiprocessing" in n.split(".")]
+    return found
+
+
+def test_the_checker_finds_a_child_started_its_own_way(tmp_path):
+    (tmp_path / "m.py").write_text(
+        "import torch.multiprocessing as mp\nfrom multiprocessing import Process\n"
+        "def f():\n    torch.multiprocessing.get_context('spawn')\n"
+        "    run([sys.executable, '-m', 'ablate.run.watchdog', uri])\n    run([python, '-m', 'ablate', *args])\n"
+    )
+    assert sorted(child_starts(tmp_path / "m.py")) == [
+        "-m ablate.run.watchdog",
+        "multiprocessing",
+        "torch.multiprocessing",
+        "torch.multiprocessing",
+    ]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m != CHILD_ENTRY))
+def test_every_child_starts_through_the_one_entry_point(module):
+    """Every process the project starts runs ablate/child.py with one request (docs/architecture.md,
+    "The process tree"), so that each is seen, named and tied to its parent in one place."""
+    assert child_starts(MODULES[module]) == [], f"{module} starts a child its own way"
+
+
+def child_targets(path: Path) -> list[str]:
+    """The children's targets a module names ("ablate.run.watchdog:main")."""
+    return [
+        node.value
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and TARGET.fullmatch(node.value)
+    ]
+
+
+def _top_level_functions(module: str) -> set[str]:
+    return {n.name for n in ast.parse(MODULES[module].read_text()).body if isinstance(n, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_child_target_names_a_function_that_exists(module):
+    """A target is resolved only when its child starts: one that names a moved module or a renamed
+    function would fail in the child alone, so it is resolved here."""
+    missing = [
+        t
+        for t in child_targets(MODULES[module])
+        if t.partition(":")[2] not in _top_level_functions(resolve(t.partition(":")[0]))
+    ]
+    assert missing == []
 
 
 def test_planning_and_fitting_do_not_load_torch():

@@ -30,13 +30,13 @@ def process_alive(pid: int, started_before: float | None = None) -> bool:
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """A job must not outlive the process that launched it: a relaunch would resume the same run while
+    """A child must not outlive the process that started it: a relaunch would resume the same run while
     the orphan still writes to it. Linux's PR_SET_PDEATHSIG sends SIGTERM when the parent dies (prctl(2))."""
     if sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        raise SystemExit(f"the launcher (pid {parent_pid}) is gone")
+        raise SystemExit(f"the parent process (pid {parent_pid}) is gone")
 
 
 class Interrupted(KeyboardInterrupt):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +15,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ablate.config import RunConfig
+from ablate.child import spawn
+from ablate.config import RunConfig, as_dict, parse_run
 from ablate.run import checkpoint, distributed
 from ablate.run.prepare import prepare
 from ablate.run.trainer import Trainer
@@ -37,29 +39,30 @@ def helpers(cfg: RunConfig, device: str, state_dir: Path, resume: bool):
     store = Path(tempfile.mkdtemp(prefix=".ddp-", dir=state_dir)) / "store"
     threads = max(1, torch.get_num_threads() // world)
     torch.set_num_threads(threads)
-    ctx = torch.multiprocessing.get_context("spawn")
+    shared = {
+        "world": world,
+        "store": str(store),
+        "config": as_dict(cfg),
+        "device": device,
+        "state_dir": str(state_dir),
+        "resume": resume,
+        "threads": threads,
+    }
     procs = [
-        ctx.Process(
-            target=_helper,
-            args=(r, world, str(store), cfg, device, str(state_dir), resume, threads),
-            name=f"ablate-rank{r}",
-        )
-        for r in range(1, world)
+        spawn("ablate.run.ranks:run_helper", {"rank": r, **shared}, stdin=subprocess.DEVNULL) for r in range(1, world)
     ]
-    for h in procs:
-        h.start()
     try:
         distributed.init(0, world, store, device)
         distributed.set_current(distributed.Rank(0, world))
         yield distributed.current()
         for h in procs:  # a finished run: helpers end by themselves after their last step
-            h.join(HELPER_JOIN_S)
+            _wait(h, HELPER_JOIN_S)
     finally:
         distributed.set_current(distributed.Rank())
         for h in procs:
-            if h.is_alive():
+            if h.poll() is None:
                 h.kill()
-            h.join()
+            h.wait()
         if dist.is_initialized():
             dist.destroy_process_group()
         for f in store.parent.iterdir():
@@ -67,10 +70,18 @@ def helpers(cfg: RunConfig, device: str, state_dir: Path, resume: bool):
         store.parent.rmdir()
 
 
-def _helper(
-    rank: int, world: int, store: str, cfg: RunConfig, device: str, state_dir: str, resume: bool, threads: int
+def _wait(proc: subprocess.Popen, timeout_s: float) -> None:
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:  # still running: the caller ends it
+        pass
+
+
+def run_helper(
+    rank: int, world: int, store: str, config: dict, device: str, state_dir: str, resume: bool, threads: int
 ) -> None:
-    """Rank > 0: the same run, in lockstep with rank 0, recording nothing."""
+    """Rank > 0, in a process of its own (`config`: the run's, as_dict): the same run, in lockstep
+    with rank 0, recording nothing."""
     # Signals are rank 0's business: it checkpoints at a step boundary, which needs this rank
     # to finish the step with it, and then ends this process.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
@@ -78,6 +89,7 @@ def _helper(
     torch.set_num_threads(threads)
     if device == "cuda":
         torch.cuda.set_device(rank)
+    cfg = parse_run(config)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, progress=False))
     prepared = prepare(cfg)
     state = checkpoint.load(Path(state_dir)) if resume else None

@@ -2,11 +2,11 @@
 
 A training process closes its own run on every ending it sees (finished, failed, Ctrl-C, SIGTERM,
 an exception), but kill -9, the OOM killer or a segfault give it no chance. So while an MLflow
-run is open, `watch` keeps a small process beside it: `python -m ablate.run.watchdog URI RUN_ID
-[LOCK_DIR]`, reading a pipe whose only writer is the watched process. The kernel closes the pipe
-when that process is gone, however it went, and the read returns. A process that closed its run
-writes "done" first, and the watchdog exits without touching MLflow. Otherwise it marks the run
-KILLED, with the reason, if it is still RUNNING.
+run is open, `watch` keeps a small process beside it (ablate/child.py, target `main`, given the
+store's URI, the run's id and its LOCK_DIR), reading a pipe whose only writer is the watched
+process. The kernel closes the pipe when that process is gone, however it went, and the read
+returns. A process that closed its run writes "done" first, and the watchdog exits without
+touching MLflow. Otherwise it marks the run KILLED, with the reason, if it is still RUNNING.
 
 With a LOCK_DIR (a training run's state dir) it does so holding the run's lock (run/lock.py), so a
 relaunch that already took the run over is left alone; a relaunch that finds the watchdog holding
@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 
+from ablate.child import spawn
 from ablate.host import RUN_SIGNALS
 from ablate.run.lock import Busy, Owner, RunLock
 from ablate.tracking.tags import REASON_TAG
@@ -39,8 +40,10 @@ class Watch:
     def __init__(self, uri: str, run_id: str, lock_dir: str | None = None):
         read, self._write = os.pipe()  # both non-inheritable: only the watchdog gets `read`, as stdin
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ablate.run.watchdog", uri, run_id, *([lock_dir] if lock_dir else [])],
+            self.proc = spawn(
+                "ablate.run.watchdog:main",
+                {"uri": uri, "run_id": run_id, "lock_dir": lock_dir},
+                dies_with_parent=False,  # the watched process's death is what it is there for
                 stdin=read,
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,
@@ -97,7 +100,3 @@ def main(uri: str, run_id: str, lock_dir: str | None = None) -> int:
         if lock is not None:
             lock.release()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(*sys.argv[1:]))

@@ -18,7 +18,7 @@ after one; it exits when its input ends, which is when the run closes it or the 
 gone, however it went (run/watchdog.py marks a run that died without closing it KILLED). If the
 agent itself dies, each call fails like an unreachable store: the tracker buffers and spools.
 
-    python -m ablate.tracking.agent           (JSON lines: requests on stdin, replies on stdout)
+Started through ablate/child.py (target `serve`); then JSON lines, requests on stdin, replies on stdout:
     {"call": "use", "args": [uri]}             -> {"ok": [modules imported for that store]}
     {"call": "open", "args": [experiment]}     -> {"ok": experiment_id}
     {"call": METHOD, "args": [...]}            -> {"ok": result} | {"error": "Type: message"}
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 
+from ablate.child import spawn
 from ablate.host import RUN_SIGNALS, import_available
 from ablate.tracking.runstore import CALLS, RunStore
 
@@ -80,9 +81,11 @@ class Agent:
         self.experiment: str | None = None
         self.owed = 0  # replies to requests sent without waiting (use, open)
         self.lock = threading.Lock()
-        # Its own session: a terminal's Ctrl-C, meant for the run, does not reach it.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ablate.tracking.agent"],
+        # Its own session: a terminal's Ctrl-C, meant for the run, does not reach it. It ends when
+        # its input does, having made every call the run sent, not with the run's process.
+        self.proc = spawn(
+            "ablate.tracking.agent:serve",
+            dies_with_parent=False,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
@@ -224,7 +227,3 @@ def serve() -> None:
     # the interpreter's clean-up of MLflow's modules (about 0.5 s the run would wait for).
     replies.close()
     os._exit(0)
-
-
-if __name__ == "__main__":
-    serve()

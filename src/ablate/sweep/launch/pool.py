@@ -27,13 +27,13 @@ import queue
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ablate.child import spawn
 from ablate.config import ConfigError
 from ablate.sweep.launch.worker import Lines, can_fork
 
@@ -184,11 +184,15 @@ class _Worker:
     @classmethod
     def start(cls, mlflow_uri: str | None, fork: bool) -> _Worker:
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        args = [sys.executable, "-m", "ablate.sweep.launch.worker", str(os.getpid())]
-        args += ["--mlflow", mlflow_uri] if mlflow_uri else []
-        args += [] if fork else ["--no-fork"]
         # Its own session: a terminal's Ctrl-C reaches the launcher only, which stops the jobs itself.
-        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
+        proc = spawn(
+            "ablate.sweep.launch.worker:serve",
+            {"mlflow_uri": mlflow_uri, "fork": fork},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
         return cls(proc)
 
     def alive(self) -> bool:

@@ -1,5 +1,6 @@
-"""The warm worker of the process launchers, started by pool.py:
-`python -m ablate.sweep.launch.worker PARENT_PID [--mlflow URI] [--no-fork]`.
+"""The warm worker of the process launchers, started by pool.py through the child entry point
+(ablate/child.py) with the target `serve`: its arguments say which MLflow store to preload and
+whether to fork, and its parent is the launcher, which it does not outlive.
 
 It imports torch, Hydra, the project (and MLflow when the sweep tracks) once, then forks one child
 per job: a job starts with every module already loaded (copy-on-write pages, nothing imported
@@ -46,7 +47,6 @@ answer comes back through a pipe, never through a file.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import gc
 import json
@@ -164,8 +164,11 @@ class Lines:
         return [json.loads(line) for line in lines if line.strip()]
 
 
-def serve(parent_pid: int, mlflow_uri: str | None, fork: bool) -> None:
-    die_with_parent(parent_pid)
+def serve(mlflow_uri: str | None, fork: bool) -> None:
+    """The worker's life: preload, report ready, then serve the launcher's messages until its input ends.
+    `mlflow_uri`: the store whose client to preload (None: the sweep does not track); `fork`: a
+    process per job (False: run the one job it is given in this process, then exit)."""
+    launcher_pid = os.getppid()  # ablate.child has checked that the launcher is alive
     # The launcher decides when jobs stop (it turns its Ctrl-C into SIGTERM for each job); a
     # terminal's Ctrl-C must not end the worker under them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -223,7 +226,7 @@ def serve(parent_pid: int, mlflow_uri: str | None, fork: bool) -> None:
                         if not fork:
                             emit({"event": "started", "num": msg["num"], "pid": os.getpid()})
                             events.close()
-                            _job(spec, msg, started, parent_pid)  # never returns
+                            _job(spec, msg, started, launcher_pid)  # never returns
                         inherited = [pidfd for _, pidfd in jobs.values()] + list(calls) + [launcher_stderr]
                         pid = _fork_job(spec, msg, [events, selector], inherited)
                         pidfd = os.pidfd_open(pid)
@@ -440,17 +443,3 @@ def run_one(spec: dict, num: int, overrides: list, job_cfg: str | None = None):
 def write_return(path: Path, ret) -> None:
 
     write_json(path, to_json(ret))
-
-
-def main(argv: list[str]) -> None:
-
-    parser = argparse.ArgumentParser(prog="python -m ablate.sweep.launch.worker")
-    parser.add_argument("parent_pid", type=int)
-    parser.add_argument("--mlflow", default=None, help="the tracking URI whose client and store to preload")
-    parser.add_argument("--no-fork", action="store_true", help="run one job in this process, then exit")
-    args = parser.parse_args(argv)
-    serve(args.parent_pid, args.mlflow, fork=can_fork() and not args.no_fork)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
