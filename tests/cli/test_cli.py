@@ -16,7 +16,7 @@ BAD = [
     (["model.block_size=300000"], ["model.block_size=300000", "longer than"]),
     (["hardware=tpu"], ["hardware=tpu", "valid:", "h100"]),
     (["hardware=h100"], ["hardware=h100", "cuda", "valid here"]),
-    (["precision=fp8"], ["precision=fp8", "cuda"]),
+    (["precision=fp8_tensorwise"], ["precision=fp8_tensorwise", "cuda"]),
     (["model.widht=3"], ["unknown key model.widht", "n_embd"]),
     (["train.steps=ten"], ["train.steps='ten'", "integer"]),
     (["+sweep=precision", "model=nope"], ["model=nope", "valid:"]),
@@ -113,7 +113,7 @@ def test_precision_sweep_end_to_end(cli, workdir):
     (sweep_dir,) = (workdir / "multirun").glob("*/*")
     summary = json.loads((sweep_dir / "summary.json").read_text())
     by_label = {row["label"]: row for row in summary["runs"]}
-    assert by_label["precision=fp8 train.seed=0"]["status"] == "unsupported"
+    assert by_label["precision=fp8_tensorwise train.seed=0"]["status"] == "unsupported"
     assert by_label["precision=fp32 train.seed=1"]["speedup"] == 1.0
     bf16 = [by_label[f"precision=bf16 train.seed={s}"] for s in range(3)]
     assert all(r["val_loss_delta"] is not None and r["val_loss_delta_n"] == 3 for r in bf16)

@@ -111,7 +111,7 @@ def state_bytes_after_one_step(model: nn.Module, runtime, x, y) -> dict[str, int
 # fp32 weights with torch's AdamW, the same under autocast, bf16 weights with Fp32StateAdamW on every
 # preset; fp16 and fp8-emulated store like fp32, checked on the small ones.
 STATE_CASES = [(n, p) for n in CPU_PRESETS for p in ("fp32", "bf16", "bf16_pure")] + [
-    (n, p) for n in sorted(FAST) for p in ("fp16", "fp8_emulated")
+    (n, p) for n in sorted(FAST) for p in ("fp16", "fp8_emulated", "fp8_tensorwise", "fp8_rowwise")
 ]
 
 
@@ -184,7 +184,8 @@ def test_activation_bytes_with_checkpointing_match_saved_tensor_hooks(name, atte
     check_activations(name, attention, precision, checkpointing=True)
 
 
-@pytest.mark.parametrize("precision", ["bf16_pure", "fp16", "fp8_emulated"])
+# torchao's float8 recipes run on the CPU too (torch._scaled_mm's CPU kernel): what they save is measured here.
+@pytest.mark.parametrize("precision", ["bf16_pure", "fp16", "fp8_emulated", "fp8_tensorwise", "fp8_rowwise"])
 @pytest.mark.parametrize("attention", ["manual", "sdpa"])
 def test_activation_bytes_other_policies(precision, attention):
     cfg, prec = model_config("micro", attention), policy(precision)
@@ -338,3 +339,54 @@ def test_cuda_peak_matches_max_memory_allocated(attention, precision, checkpoint
         assert memory.activation_bytes(cfg, prec, 4, device="cuda").saved == pytest.approx(got["saved"], rel=0.10)
     predicted = memory.gpu_memory(cfg, prec, 4, device="cuda", checkpointing=checkpointing).total
     assert predicted == pytest.approx(got["peak"], rel=0.15), f"model {predicted} vs measured {got['peak']}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Architecture arms and Muon
+# ---------------------------------------------------------------------------------------------
+
+ARMS = {
+    "rope": dict(position="rope"),
+    "nope": dict(position="none"),
+    "rmsnorm": dict(norm="rmsnorm"),
+    "swiglu": dict(mlp="swiglu"),
+    "relu2": dict(mlp="relu2"),
+    "qk_norm": dict(qk_norm=True),
+    "mqa": dict(n_kv_head=1),
+    "gqa_rope_qk_norm": dict(n_kv_head=2, position="rope", qk_norm=True),
+    "untied": dict(tie_embeddings=False),
+}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("attention", ["manual", "sdpa"])
+@pytest.mark.parametrize("arm", ARMS)
+def test_activation_bytes_of_every_arm_match_saved_tensor_hooks(arm, attention, precision):
+    """Exact on this torch for every arm, as for the GPT-2 block (a 1% margin for float rounding)."""
+    cfg, prec = model_config("micro", attention, **ARMS[arm]), policy(precision)
+    model, runtime = built(cfg, prec)
+    measured = saved_tensor_bytes(model, runtime, *batch(cfg, 2))
+    assert memory.activation_bytes(cfg, prec, 2, device="cpu").saved == pytest.approx(measured, rel=0.01)
+
+
+@pytest.mark.parametrize("arm", ["rope", "nope", "untied", "swiglu", "mqa"])
+def test_state_bytes_of_the_arms_are_exact(arm):
+    cfg, prec = model_config("micro", block_size=16, **ARMS[arm]), policy("fp32")
+    model, runtime = built(cfg, prec)
+    measured = state_bytes_after_one_step(model, runtime, *batch(cfg, 1))
+    predicted = memory.state_bytes(cfg, prec, device="cpu")
+    assert (measured["optimizer_states"], measured["buffers"]) == (predicted.optimizer_states, memory.buffer_bytes(cfg))
+    assert measured["weights"] == predicted.weights
+
+
+def test_muon_keeps_one_momentum_per_block_matrix_and_adamw_two_for_the_rest():
+    cfg, prec = model_config("micro", block_size=16), policy("fp32")
+    model, runtime = built(cfg, prec)
+    optimizer = build_optimizer(model, OptimConfig(name="muon"))
+    x, y = batch(cfg, 1)
+    model(x, y)[1].backward()
+    optimizer.step()
+    held = [t for opt in (optimizer.muon, optimizer.adamw) for s in opt.state.values() for t in s.values()]
+    measured = sum(t.numel() * t.element_size() for t in held if torch.is_tensor(t))
+    assert measured == memory.state_bytes(cfg, prec, device="cpu", optimizer="muon").optimizer_states
+    assert memory.state_bytes(cfg, prec, optimizer="muon").total < memory.state_bytes(cfg, prec).total

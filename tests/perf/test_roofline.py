@@ -96,7 +96,7 @@ def test_catalogue_ceilings_follow_the_precision():
     bf16 = roofline.ceilings_for(_catalogue("h200"), _precision("bf16"))
     assert (bf16.peak_flops, bf16.bandwidth, bf16.dtype) == (9.89e14, 4.8e12, "bf16")
     assert bf16.ridge == pytest.approx(206.0, rel=1e-3)
-    fp8 = roofline.ceilings_for(_catalogue("h200"), _precision("fp8"))
+    fp8 = roofline.ceilings_for(_catalogue("h200"), _precision("fp8_tensorwise"))
     assert fp8.peak_flops == 1.979e15
     fp32 = roofline.ceilings_for(_catalogue("h100"), _precision("fp32"))
     if torch.get_float32_matmul_precision() == "highest":

@@ -117,7 +117,7 @@ def test_peak_key_agrees_with_hardware_peak_for():
 
     peaks = inputs(hardware="h100").hardware.peak_flops
     hw = Hardware(name="h100", device="cuda", peak_flops=peaks)
-    for name in ("fp32", "bf16", "bf16_pure", "fp16", "fp8", "fp8_emulated"):
+    for name in ("fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise", "fp8_rowwise", "fp8_emulated"):
         prec = build(PrecisionConfig, preset("precision", name), "precision")
         assert peaks[prec.matmul_dtype] == hw.peak_for(prec)
 
@@ -236,7 +236,7 @@ def test_bad_inputs_are_one_clear_line(kwargs, message):
 
 
 def test_precision_the_hardware_cannot_run_is_refused():
-    inp = inputs(precision="fp8", hardware="a100")
+    inp = inputs(precision="fp8_tensorwise", hardware="a100")
     with pytest.raises(ConfigError, match="needs CUDA compute capability >= 8.9"):
         plan_hardware.planning_hardware(inp.hardware, inp.precision)
 

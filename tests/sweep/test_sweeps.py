@@ -70,7 +70,7 @@ GRIDS = {
     "data_size": {"data.train_tokens": {"16384", "65536", "262144", "1048576", "4194304"}},
     "attention": {"model": {"tiny", "small"}, "model.attention": {"manual", "sdpa"}},
     "precision": {
-        "precision": {"fp32", "bf16", "bf16_pure", "fp16", "fp8", "fp8_emulated"},
+        "precision": {"fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise", "fp8_rowwise", "fp8_emulated"},
         "train.seed": {"0", "1", "2"},  # paired seeds: each arm's difference gets its 95% interval
     },
 }

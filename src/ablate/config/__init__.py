@@ -63,6 +63,7 @@ from ablate.config.run import (
     MAX_EVAL_BATCHES,
     MAX_FLUSH_INTERVAL_S,
     PRECISION_NAMES,
+    REAL_FP8,
     SECTIONS,
     HardwareConfig,
     ModelConfig,
@@ -101,6 +102,7 @@ __all__ = [
     "UnsupportedError",
     # one training run
     "BUDGET_KEYS",
+    "REAL_FP8",
     "DEVICE_KINDS",
     "MAX_EVAL_BATCHES",
     "MAX_FLUSH_INTERVAL_S",

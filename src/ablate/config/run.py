@@ -28,8 +28,9 @@ MAX_EVAL_BATCHES = 10_000
 # timed wait accepts).
 MAX_FLUSH_INTERVAL_S = 3600.0
 BUDGET_KEYS = ("steps", "tokens", "flops", "tokens_per_param")
+REAL_FP8 = ("tensorwise", "rowwise")  # precision.fp8 values that run float8 kernels (torchao)
 
-PRECISION_NAMES = ("fp32", "bf16", "bf16_pure", "fp16", "fp8", "fp8_emulated")
+PRECISION_NAMES = ("fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise", "fp8_rowwise", "fp8_emulated")
 DEVICE_KINDS = ("cpu", "cuda", "mps")
 # The built-in arms of each swappable part of a block; each part also takes PACKAGE.MODULE:CLASS, a
 # class of the user's own built as CLASS(model_cfg) that maps (B, T, C) to (B, T, C) (model/parts.py).
@@ -173,12 +174,14 @@ def check_part(key: str, spec: str, builtin: tuple[str, ...]) -> None:
 
 @dataclass
 class PrecisionConfig:
-    name: Literal["fp32", "bf16", "bf16_pure", "fp16", "fp8", "fp8_emulated"] = "fp32"
+    name: Literal["fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise", "fp8_rowwise", "fp8_emulated"] = "fp32"
     # Storage dtype of weights and gradients; optimizer moments stay fp32 in every policy.
     param_dtype: Literal["fp32", "bf16"] = "fp32"
     autocast: Literal["bf16", "fp16"] | None = None
     loss_scaling: bool = False
-    fp8: Literal["real", "emulated"] | None = None
+    # Float8 matmuls: torchao's training recipes on CUDA (tensorwise: one scale per tensor, cuBLAS,
+    # capability 8.9; rowwise: one per row, CUTLASS, 9.0), or fp8's rounding emulated on any device.
+    fp8: Literal["tensorwise", "rowwise", "emulated"] | None = None
     # Which devices can run this policy, and the CUDA compute capability it needs there.
     devices: list = field(default_factory=lambda: list(DEVICE_KINDS))
     min_cuda_capability: float | None = None
@@ -188,7 +191,7 @@ class PrecisionConfig:
         """The dtype this policy's matmuls run in, the key of hardware.peak_flops that MFU and time are
         measured against: fp8 with real fp8 kernels, else the autocast dtype, else the weights' dtype.
         (perf/roofline.py refines fp32 to tf32 where CUDA's TF32 tensor cores are on.)"""
-        if self.fp8 == "real":
+        if self.fp8 in REAL_FP8:
             return "fp8"
         if self.autocast:
             return self.autocast
@@ -500,8 +503,9 @@ def check_optimizer_fits(run: RunConfig) -> None:
         )
     if run.precision.param_dtype != "fp32":
         raise ConfigError(
-            f"optim=muon with precision={run.precision.name}: Muon would keep bf16 momentum and round "
-            "its update to bf16 (valid: precision=fp32, bf16, fp16, fp8 or fp8_emulated, with fp32 weights)"
+            f"optim=muon with precision={run.precision.name}: Muon would keep bf16 momentum and round its "
+            "update to bf16 (valid: a policy with fp32 weights: fp32, bf16, fp16, fp8_tensorwise, fp8_rowwise, "
+            "fp8_emulated)"
         )
 
 

@@ -86,7 +86,7 @@ def flops_per_token(cfg: ModelConfig, attention: bool = True) -> int:
     if attention and "attention" not in custom:
         n += 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
     for key in custom:
-        n += 3 * cfg.n_layer * _measured(cfg, key).forward_flops_per_token
+        n += round(3 * cfg.n_layer * _measured(cfg, key).forward_flops_per_token)
     return n
 
 

@@ -5,10 +5,15 @@ Policies (conf/precision/):
   bf16          bf16 autocast over fp32 master weights (16 bytes/param; activations in bf16).
   bf16_pure     bf16 weights and grads, fp32 Adam moments (2 + 2 + 4 + 4 = 12 bytes/param).
   fp16          fp16 autocast with dynamic loss scaling (Micikevicius et al. 2018).
-  fp8           real float8 matmuls via torch._scaled_mm (NVIDIA compute capability >= 8.9).
-  fp8_emulated  fp8 numerics on any device: matmul inputs quantize-dequantized to e4m3
-                (forward) and e5m2 (gradients) with per-tensor scaling (Micikevicius et al. 2022,
-                "FP8 Formats for Deep Learning"), computed in the surrounding dtype.
+  fp8_tensorwise  torchao's float8 training (torchao.float8, as torchtitan uses it): the block
+                  linears' matmuls in float8 with one dynamic scale per tensor (e4m3 forward, e5m2
+                  gradients; cuBLAS, NVIDIA compute capability >= 8.9), under bf16 autocast.
+  fp8_rowwise     the same with one scale per row, rounded to a power of two (CUTLASS, >= 9.0).
+  fp8_emulated    fp8 numerics on any device: matmul inputs quantize-dequantized to e4m3
+                  (forward) and e5m2 (gradients) with per-tensor scaling (Micikevicius et al. 2022,
+                  "FP8 Formats for Deep Learning"), computed in the surrounding dtype.
+The output head stays in higher precision in every fp8 policy, as in common fp8 recipes: its logits
+feed the softmax directly and it shares its weight with the embedding.
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ def apply_precision(model: nn.Module, policy: PrecisionConfig, device: str) -> P
     """Cast the model's storage and swap its block matmuls for fp8 ones where the policy asks."""
     param_dtype = DTYPES[policy.param_dtype]
     model.to(dtype=param_dtype)
-    if policy.fp8:
-        swap_linears_for_fp8(model, emulated=policy.fp8 == "emulated")
+    if policy.fp8 == "emulated":
+        swap_linears_for_fp8(model)
+    elif policy.fp8:
+        convert_to_torchao_float8(model, policy.fp8)
     if policy.autocast:
         dtype = DTYPES[policy.autocast]
 
@@ -53,34 +60,44 @@ def apply_precision(model: nn.Module, policy: PrecisionConfig, device: str) -> P
     return PrecisionRuntime(autocast=autocast, scaler=scaler, param_dtype=param_dtype)
 
 
-def swap_linears_for_fp8(model: nn.Module, emulated: bool) -> int:
-    """Replace every nn.Linear except the (tied) output head; returns how many were swapped.
-
-    The output head stays in higher precision, as in common fp8 recipes: its logits feed the
-    softmax directly and it shares its weight with the embedding.
-    """
+def swap_linears_for_fp8(model: nn.Module) -> int:
+    """Replace every nn.Linear but the output head with Fp8Linear; returns how many were swapped."""
     swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear) and child is not getattr(model, "lm_head", None):
-                setattr(parent, name, Fp8Linear(child, emulated))
+                setattr(parent, name, Fp8Linear(child))
                 swapped += 1
     return swapped
 
 
-class Fp8Linear(nn.Module):
-    """y = x W^T with fp8 inputs; keeps the original Parameter so state dicts are unchanged."""
+def convert_to_torchao_float8(model: nn.Module, recipe: str) -> int:
+    """torchao's Float8Linear for every nn.Linear but the output head whose sides are multiples of
+    16 (what float8 matmuls take; a SwiGLU hidden width of round(8C/3) may not be, and stays in
+    bf16); returns how many were converted."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training  # only for real fp8
 
-    def __init__(self, linear: nn.Linear, emulated: bool):
+    head = getattr(model, "lm_head", None)
+
+    def eligible(module: nn.Module, fqn: str) -> bool:
+        return module is not head and module.in_features % 16 == 0 and module.out_features % 16 == 0
+
+    before = sum(isinstance(m, nn.Linear) for m in model.modules())
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe), module_filter_fn=eligible)
+    return before - sum(type(m) is nn.Linear for m in model.modules())
+
+
+class Fp8Linear(nn.Module):
+    """y = x W^T with fp8-rounded inputs; keeps the original Parameter so state dicts are unchanged."""
+
+    def __init__(self, linear: nn.Linear):
         super().__init__()
         if linear.bias is not None:
             raise ValueError("Fp8Linear supports bias-free linears only")
         self.weight = linear.weight
-        self.emulated = emulated
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fn = _Fp8EmulatedMatmul if self.emulated else _Fp8ScaledMatmul
-        return fn.apply(x, self.weight)
+        return _Fp8EmulatedMatmul.apply(x, self.weight)
 
 
 def quantize(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,32 +129,3 @@ class _Fp8EmulatedMatmul(torch.autograd.Function):
         grad_x = gq @ wq
         grad_w = gq.reshape(-1, gq.shape[-1]).t() @ xq.reshape(-1, xq.shape[-1])
         return grad_x, grad_w.to(wq.dtype)
-
-
-def _scaled_mm(a: torch.Tensor, a_dtype, b: torch.Tensor, b_dtype) -> torch.Tensor:
-    """(M, K) @ (K, N) on fp8 tensor cores; torch._scaled_mm wants b column-major."""
-    aq, a_inv = quantize(a, a_dtype)
-    bq, b_inv = quantize(b, b_dtype)
-    bq = bq.t().contiguous().t()
-    return torch._scaled_mm(aq, bq, scale_a=a_inv, scale_b=b_inv, out_dtype=torch.bfloat16)
-
-
-class _Fp8ScaledMatmul(torch.autograd.Function):
-    """Real fp8 (NVIDIA sm_89+): e4m3 x e4m3 forward, e5m2 x e4m3 for both gradients."""
-
-    @staticmethod
-    def forward(ctx, x, w):
-        shape = x.shape
-        x2 = x.reshape(-1, shape[-1])  # (M, K)
-        ctx.save_for_backward(x2, w)
-        ctx.shape = shape
-        y = _scaled_mm(x2, E4M3, w.t(), E4M3)  # (M, N)
-        return y.reshape(*shape[:-1], w.shape[0]).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x2, w = ctx.saved_tensors
-        g2 = grad.reshape(-1, grad.shape[-1])  # (M, N)
-        grad_x = _scaled_mm(g2, E5M2, w, E4M3)  # (M, N) @ (N, K)
-        grad_w = _scaled_mm(g2.t().contiguous(), E5M2, x2, E4M3)  # (N, M) @ (M, K)
-        return grad_x.reshape(ctx.shape).to(grad.dtype), grad_w.to(w.dtype)

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ablate.config import ModelConfig, PrecisionConfig
+from ablate.config import REAL_FP8, ModelConfig, PrecisionConfig
 from ablate.model import accounting
 
 INT64 = 8
@@ -112,16 +112,17 @@ def saved_dtypes(precision: PrecisionConfig, device: str) -> SavedDtypes:
             head_weight_copy=0,
             logits=store,
         )
-    if precision.fp8 == "real":
-        # Fp8Linear saves its input (fp32: the matmul outputs come back in the input dtype) and the
-        # weight itself; autocast casts q, k, v for attention and the head's input and weight to bf16.
+    if precision.fp8 in REAL_FP8:
+        # torchao's Float8Linear saves its input as it came (the fp32 LayerNorm output under autocast)
+        # and casts to float8 inside its matmuls, so no weight copy is kept; its output is bf16 under
+        # autocast, so q, k, v and the MLP's tensors are, as are the head's input and weight copy.
         return SavedDtypes(
             resid=store,
             ln_stats=FP32,
             lin_in=store,
             attn=2,
-            scores=2 + FP32,
-            mlp=store,
+            scores=2 + FP32 if gpu else 2,
+            mlp=2,
             proj_copy=False,
             weight_copy=0,
             head_in=2,

@@ -270,7 +270,7 @@ def _notes(inputs: PlanInputs, hw: PlanHardware, mem: MemoryPlan, gpus_used: int
         )
     elif cfg.activation_checkpointing:
         notes.append("Time includes recomputing each block's forward (4/3 of the time at the same MFU).")
-    if inputs.precision.name in ("fp8", "fp8_emulated"):
+    if inputs.precision.fp8:
         notes.append("The fp8 activation model follows precision.py but has not been measured on hardware.")
     if hw.device == "mps":
         notes.append("The memory model was measured on the CPU and derived for CUDA; MPS may differ.")

@@ -15,6 +15,7 @@ from ablate.config import ConfigError, RunConfig, UnsupportedError, as_dict
 from ablate.data.sources import TokenData, check_fits, load_data
 from ablate.files import check_writable_dir
 from ablate.model import accounting
+from ablate.model.measure import measure_part
 from ablate.perf import profiling
 from ablate.perf.hardware import Hardware, available_memory, resolve, unsupported_reason
 from ablate.perf.memory import gpu_memory
@@ -71,6 +72,8 @@ def prepare(cfg: RunConfig, caches: dict | None = None) -> Prepared:
             f"({data.vocab_size}) (valid: >= {data.vocab_size}, or null to take it from the data)"
         )
     check_fits(data, model_cfg.block_size)
+    for key in model_cfg.custom_parts():  # a user's part: built, checked and measured before any work
+        measure_part(model_cfg, key)
     distributed.check(cfg, hw.device)  # batch must split across DDP ranks
     cfg = dataclasses.replace(cfg, model=model_cfg)
     check_memory(cfg, hw)

@@ -66,6 +66,8 @@ class RunResult:
     # measured by FlopCounterMode.
     flops_per_token: int | None = None
     flops_source: str | None = None
+    # On CUDA, torch.cuda.max_memory_allocated over the run's steps: the measurement memory_bytes models.
+    measured_peak_bytes: int | None = None
 
     @classmethod
     def from_trainer(cls, t, status: str, reason: str) -> RunResult:
@@ -101,6 +103,7 @@ class RunResult:
             kind=t.kind,
             fork_step=t.fork_step,
             memory_bytes=step_memory(cfg, t.device),
+            measured_peak_bytes=measured_peak(t.device),
             final_val_bpb=bits_per_byte(_finite(t.last_val_loss), t.p.data.bytes_per_token),
             data={"kind": cfg.data.kind, **t.p.data.provenance()},
             torch_threads=threads,
@@ -162,8 +165,17 @@ def gpu_id(device: str) -> str | None:
     return f"{socket.gethostname()}:{uuid if uuid is not None else index}"
 
 
-def step_memory(cfg, device: str) -> int:
+def measured_peak(device: str) -> int | None:
+    """The CUDA caching allocator's peak since the trainer reset it (Trainer._build); None off CUDA."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
 
+    return int(torch.cuda.max_memory_allocated())
+
+
+def step_memory(cfg, device: str) -> int:
+    """One training step's peak as perf/memory.py models it, for one micro-batch."""
     return gpu_memory(cfg.model, cfg.precision, cfg.train.batch_size, device=device, optimizer=cfg.optim.name).total
 
 

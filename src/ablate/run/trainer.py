@@ -121,6 +121,8 @@ class Trainer:
             self.resumed_loss_sum = float(state.get("loss_sum", 0.0))
             self.resumed_loss_n = int(state.get("loss_n", 0))
             self.tracker.pending = [tuple(m) for m in state["pending"]] + self.tracker.pending
+        if self.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()  # result.measured_peak: this run's steps only
         wrapped = distributed.wrap(model)  # DDP when this run has several ranks
         self.forward = torch.compile(wrapped) if self.cfg.train.compile else wrapped
 

@@ -474,7 +474,8 @@ def gpu_note(rows: list) -> str | None:
     except (OSError, KeyError, TypeError):
         return None
     peaks = {k: float(v) for k, v in peaks.items()}
-    dtypes = {"bf16": "bf16", "bf16_pure": "bf16", "fp16": "fp16", "fp8": "fp8"}  # fp8_emulated: fp32 math
+    # fp8_emulated: fp32 math
+    dtypes = {"bf16": "bf16", "bf16_pure": "bf16", "fp16": "fp16", "fp8_tensorwise": "fp8", "fp8_rowwise": "fp8"}
     parts = [
         f"{p} {peaks[dtypes[p]] / peaks['tf32']:.2g}x"
         for p in sorted(precisions, key=str)
