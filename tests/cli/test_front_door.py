@@ -47,6 +47,7 @@ def test_the_process_entry_freezes_the_collector_after_the_command_even_when_it_
         ("fit", [], ["model", "data", "hardware"], ["n_boot=1000", "held_out=1", "target.C=null"]),
         ("backtest", [], ["model", "data", "hardware"], ["n_boot=200", "cuts=[0.25,", "entropy_floor=null"]),
         ("plan", ["model", "precision", "hardware"], ["data ", "+sweep"], ["gpus=1", "batch_size=4", "mfu=null"]),
+        ("sample", [], ["model", "data", "hardware"], ["run=", "temperature=0.8", "top_k=200", "tokens=null"]),
     ],
 )
 def test_a_hydra_commands_help_shows_its_own_groups_keys_and_an_example(command, groups, not_groups, keys):
@@ -171,6 +172,8 @@ def test_shell_completion_installs_for_bash_zsh_and_fish():
         ("ablate fit n_b", "n_boot="),  # a command's own keys
         ("ablate plan hardware=h2", "hardware=h200"),
         ("ablate backtest for", "form="),
+        ("ablate sample tem", "temperature="),
+        ("ablate sa", "sample"),
     ],
 )
 def test_tab_completes_each_commands_own_keys(line, expected):

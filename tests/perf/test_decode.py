@@ -47,8 +47,8 @@ def test_serving_dtype_follows_the_precision():
     assert decode.serving_dtype(policy("fp32")) == "fp32"
     assert decode.serving_dtype(policy("bf16")) == "bf16"
     assert decode.serving_dtype(policy("bf16_pure")) == "bf16"
-    assert decode.serving_dtype(policy("fp8")) == "fp8"
-    bounds = decode.plan_bounds(SMALL, policy("fp8"), 3350.0, context=64, batch=4)
+    assert decode.serving_dtype(policy("fp8_tensorwise")) == "fp8"
+    bounds = decode.plan_bounds(SMALL, policy("fp8_tensorwise"), 3350.0, context=64, batch=4)
     assert [b.batch for b in bounds] == [1, 4]
     assert bounds[0].weight_dtype == "fp8" and bounds[0].kv_dtype == "bf16"
     label, text = decode.plan_row(bounds)
@@ -97,15 +97,50 @@ def _greedy_without_cache(model, prompt, new_tokens):
     return ids
 
 
-@pytest.mark.parametrize("overrides", [{}, {"attention": "manual"}, {"mup": True, "mup_base_width": 16}])
-def test_the_cached_loop_generates_what_the_model_generates(overrides):
+# The built-in architecture arms, alone and together, and one user's attention class (no KV cache).
+ARMS = {
+    "baseline": {},
+    "manual": {"attention": "manual"},
+    "mup": {"mup": True, "mup_base_width": 16},
+    "rope": {"position": "rope"},
+    "nope": {"position": "none"},
+    "gqa": {"n_kv_head": 1, "n_head": 4},
+    "modern": {"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "qk_norm": True, "tie_embeddings": False},
+    "user_attention": {"attention": "ablate.model.attention:CausalSelfAttention"},
+}
+
+
+@pytest.mark.parametrize("name", ARMS)
+def test_the_cached_loop_generates_what_the_model_generates(name):
     torch.manual_seed(0)
-    cfg = ModelConfig(**{**SMALL.__dict__, **overrides})
+    cfg = ModelConfig(**{**SMALL.__dict__, **ARMS[name]})
     model = GPT(cfg).eval()
     prompt = torch.randint(0, cfg.vocab_size, (3, 5))
     run = decode.generate(model, prompt, 20)
     assert torch.equal(run.tokens, _greedy_without_cache(model, prompt, 20))
     assert run.tokens_per_s > 0 and run.prefill_s > 0
+    assert run.kv_cache == (name != "user_attention")
+
+
+def test_grouped_query_heads_shrink_the_kv_cache_the_bound_counts():
+    gqa = ModelConfig(**{**SMALL.__dict__, "n_head": 4, "n_kv_head": 1})
+    assert decode.kv_bytes(gqa, 32, "fp32") == decode.kv_bytes(SMALL, 32, "fp32") / 4
+    without = decode.loop_bound(SMALL, 1e10, 8, 40, kv_cache=False)
+    assert without == pytest.approx(1e10 / decode.weight_bytes(SMALL, "fp32"))  # the weights alone
+    assert without > decode.loop_bound(SMALL, 1e10, 8, 40)
+
+
+def test_sampling_draws_from_the_top_k_at_a_temperature():
+    logits = torch.tensor([[0.0, 3.0, 2.0, 1.0]]).repeat(2000, 1)
+    greedy = decode.NextToken(temperature=0.0)
+    assert torch.equal(greedy(logits), torch.ones(2000, dtype=torch.long))
+    assert decode.NextToken(temperature=5.0, top_k=1).greedy
+    top2 = decode.NextToken(temperature=1.0, top_k=2, generator=torch.Generator().manual_seed(0))(logits)
+    assert set(top2.tolist()) == {1, 2}  # never outside the two most likely
+    share = (top2 == 1).float().mean().item()
+    assert share == pytest.approx(1 / (1 + torch.e**-1), abs=0.03)  # softmax of (3, 2): 0.731
+    again = decode.NextToken(temperature=1.0, top_k=2, generator=torch.Generator().manual_seed(0))(logits)
+    assert torch.equal(top2, again)
 
 
 def test_the_loop_needs_room_in_the_context():

@@ -42,6 +42,11 @@ COMMANDS = {
         "tokenize your text: train a byte-level BPE (or bring one), write token files",
         "hydra",
     ),
+    "sample": (
+        "ablate.cli.sample",
+        "text from a run's checkpoint, its decode tokens/s against the bandwidth bound",
+        "hydra",
+    ),
     "study": ("ablate.cli.study", "run or refresh a recorded study (experiments/NAME)", "argv"),
     "submit": ("ablate.cli.submit", "submit a SLURM sweep as a driver job and return at once", "argv"),
     "jobs": ("ablate.cli.jobs", "a SLURM sweep's jobs and how their runs ended", "argv"),

@@ -258,5 +258,15 @@ class SyntheticLanguage:
         """Token ids -> text ('a'..'z', ' ')."""
         return _ID_TO_ASCII[np.asarray(ids, dtype=np.int64)].tobytes().decode("ascii")
 
+    @staticmethod
+    def encode(text: str) -> list[int]:
+        """Text of 'a'..'z' and ' ' -> token ids; ValueError naming the characters outside them."""
+        outside = sorted(set(text) - set(_ALPHABET))
+        if outside:
+            raise ValueError(
+                f"{''.join(outside)!r} is outside the synthetic language's alphabet (valid: a-z and space)"
+            )
+        return _ASCII_TO_ID[np.frombuffer(text.encode("ascii"), dtype=np.uint8)].tolist()
+
     def __repr__(self) -> str:
         return f"SyntheticLanguage({self.spec!r}, entropy_rate={self.entropy_rate:.4f} nats/token)"

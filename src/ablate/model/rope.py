@@ -19,9 +19,10 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (B, heads, T, hd) -> the same shape, each position's pairs turned by its angles."""
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """x: (B, heads, T, hd) at positions start .. start+T-1 (a KV-cached decode step starts past
+        0) -> the same shape, each position's pairs turned by its angles."""
         T, half = x.size(-2), x.size(-1) // 2
-        cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
+        cos, sin = self.cos[start : start + T].to(x.dtype), self.sin[start : start + T].to(x.dtype)
         x1, x2 = x[..., :half], x[..., half:]
         return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)

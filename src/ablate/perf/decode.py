@@ -12,8 +12,12 @@ batch (Pope et al. 2022, "Efficiently Scaling Transformer Inference", Sec. 2; th
 the roofline's memory slope). W and KV are lower bounds on traffic (activations, the embedding
 rows looked up and any re-reads are left out), so the bound on tokens/s is an upper bound.
 
-The loop. `generate` runs the GPT of model.py greedily with a preallocated KV cache, calling the
-model's own modules (its forward has no cache; the cache lives here, outside the nn.Module).
+The loop. `generate` runs the GPT of model/gpt.py with a preallocated KV cache, calling the
+model's own modules (its forward has no cache; the cache lives here, outside the nn.Module), for
+every built-in arm (learned, rotary or no positions; grouped-query heads; QK-norm). Each new token
+is picked by a `NextToken` rule: greedy, or sampled at a temperature from the top k. A model whose
+attention is a user's class (model.attention=PACKAGE.MODULE:CLASS) has no cache here: each step runs
+its forward over the whole sequence so far, and its bound counts the weights alone (`kv_cache`).
 """
 
 from __future__ import annotations
@@ -37,14 +41,16 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
 def weight_bytes(cfg: ModelConfig, dtype: str) -> float:
-    """Weights a decode step reads: the blocks' 12 L d^2 matrices, the 2L + 1 LayerNorm gains and
-    the tied output head V d (read in full to score every token of the vocabulary)."""
+    """Weights a decode step reads: the blocks' matrices and the output head V d (read in full to
+    score every token of the vocabulary), as accounting.params_matmul counts them for every arm, and
+    the 2L + 1 norm gains."""
     return float(accounting.params_matmul(cfg) + (2 * cfg.n_layer + 1) * cfg.n_embd) * DTYPE_BYTES[dtype]
 
 
 def kv_bytes(cfg: ModelConfig, context: int, dtype: str) -> float:
-    """One sequence's KV cache over `context` positions: 2 (K, V) x L x context x d elements."""
-    return 2.0 * cfg.n_layer * context * cfg.n_embd * DTYPE_BYTES[dtype]
+    """One sequence's KV cache over `context` positions: 2 (K, V) x L x context x G hd elements
+    (G hd = d with a key/value head per query head; fewer under grouped-query attention)."""
+    return 2.0 * cfg.n_layer * context * cfg.kv_heads * cfg.head_dim * DTYPE_BYTES[dtype]
 
 
 @dataclass(frozen=True)
@@ -112,15 +118,18 @@ def loop_bound(
     batch: int = 1,
     weight_dtype: str = "fp32",
     kv_dtype: str | None = None,
+    kv_cache: bool = True,
 ) -> float:
     """The bound on `generate`'s decode tokens/s: its decode step i (1 .. new_tokens - 1) reads
     the weights and prompt + i positions of KV per sequence, so the time is at least
-    sum_i (W + B KV(prompt + i)) / bandwidth for B (new_tokens - 1) tokens."""
+    sum_i (W + B KV(prompt + i)) / bandwidth for B (new_tokens - 1) tokens. Without a KV cache a
+    step computes the keys and values again instead of reading them: W alone is its least traffic."""
     steps = range(1, new_tokens)
     if not steps:
         raise ValueError(f"new_tokens={new_tokens} leaves no decode step (valid: >= 2)")
     kv_dtype = kv_dtype or weight_dtype
-    total = sum(weight_bytes(cfg, weight_dtype) + batch * kv_bytes(cfg, prompt + i, kv_dtype) for i in steps)
+    read = batch if kv_cache else 0  # sequences whose cached keys and values a step reads
+    total = sum(weight_bytes(cfg, weight_dtype) + read * kv_bytes(cfg, prompt + i, kv_dtype) for i in steps)
     return batch * len(steps) * bandwidth / total
 
 
@@ -198,89 +207,160 @@ class DecodeRun:
     prefill_s: float
     decode_s: float  # the new_tokens - 1 decode steps after the prefill
     tokens: torch.Tensor  # (B, prompt + new_tokens)
+    kv_cache: bool = True  # False: each step ran the model over the whole sequence so far
 
     @property
     def tokens_per_s(self) -> float:
         """Decode tokens/s of the whole batch (the prefill's first token excluded)."""
         return self.batch * (self.new_tokens - 1) / self.decode_s
 
+    @property
+    def wall_s(self) -> float:
+        """The whole generation, as the user waits for it: the prefill and every decode step."""
+        return self.prefill_s + self.decode_s
+
     def to_dict(self) -> dict:
         return {
             "batch": self.batch,
             "prompt": self.prompt,
             "new_tokens": self.new_tokens,
+            "kv_cache": self.kv_cache,
             "prefill_s": self.prefill_s,
             "decode_s": self.decode_s,
+            "wall_s": self.wall_s,
             "tokens_per_s": self.tokens_per_s,
+            "generated_tokens_per_s": self.batch * self.new_tokens / self.wall_s,
         }
 
 
-def generate(model, prompt: torch.Tensor, new_tokens: int) -> DecodeRun:
-    """Greedy decoding of `new_tokens` tokens after `prompt` (B, P) with a KV cache.
+@dataclass(frozen=True)
+class NextToken:
+    """How the next token is picked from the last position's logits (B, V): the most likely one at
+    temperature 0 or top_k 1, else a draw from softmax(logits / temperature) over the top_k most
+    likely (None: the whole vocabulary), from `generator` (the draws of one seed are the same)."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    generator: torch.Generator | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        if self.greedy:
+            return logits.argmax(-1)
+        scaled = logits.float() / self.temperature
+        if self.top_k is not None and self.top_k < scaled.size(-1):
+            kth = torch.topk(scaled, self.top_k, dim=-1).values[:, -1:]
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        probs = torch.softmax(scaled, dim=-1)
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+
+
+GREEDY = NextToken()
+
+
+def has_kv_cache(cfg: ModelConfig) -> bool:
+    """Whether `generate` caches keys and values for this model: for the built-in attention, not for a user's."""
+    return "attention" not in cfg.custom_parts()
+
+
+def generate(model, prompt: torch.Tensor, new_tokens: int, pick: NextToken = GREEDY) -> DecodeRun:
+    """`new_tokens` tokens after `prompt` (B, P), each picked by `pick`, with a KV cache where the
+    model has one (has_kv_cache).
 
     The prefill runs the prompt in one pass and yields the first new token; each later step feeds
-    the newest token alone. Needs P + new_tokens - 1 <= block_size (learned positions)."""
+    the newest token alone. Needs P + new_tokens - 1 <= block_size (the positions the model knows)."""
     import torch
 
     with torch.inference_mode():
-        return _generate(model, prompt, new_tokens)
+        return _generate(model, prompt, new_tokens, pick)
 
 
-def _generate(model, prompt: torch.Tensor, new_tokens: int) -> DecodeRun:
+def check_room(cfg: ModelConfig, prompt: int, new_tokens: int) -> None:
+    if new_tokens < 2 or prompt < 1 or prompt + new_tokens - 1 > cfg.block_size:
+        raise ValueError(
+            f"prompt length {prompt} + new_tokens {new_tokens} - 1 must fit block_size {cfg.block_size} "
+            "(valid: P >= 1, new_tokens >= 2)"
+        )
+
+
+def _generate(model, prompt: torch.Tensor, new_tokens: int, pick: NextToken) -> DecodeRun:
     import torch
 
     cfg = model.cfg
     B, P = prompt.shape
-    if new_tokens < 2 or P < 1 or P + new_tokens - 1 > cfg.block_size:
-        raise ValueError(
-            f"prompt length {P} + new_tokens {new_tokens} - 1 must fit block_size {cfg.block_size} "
-            "(valid: P >= 1, new_tokens >= 2)"
-        )
+    check_room(cfg, P, new_tokens)
     model.eval()
     param = next(model.parameters())
-    hd = cfg.n_embd // cfg.n_head
-    # (L, 2, B, H, max_len, hd): keys and values of every position so far, per layer.
-    cache = torch.zeros(cfg.n_layer, 2, B, cfg.n_head, P + new_tokens - 1, hd, dtype=param.dtype, device=param.device)
+    cached = has_kv_cache(cfg)
+    # (L, 2, B, G, max_len, hd): keys and values of every position so far, per layer.
+    shape = (cfg.n_layer, 2, B, cfg.kv_heads, P + new_tokens - 1, cfg.head_dim)
+    cache = torch.zeros(shape, dtype=param.dtype, device=param.device) if cached else None
     out = torch.empty(B, P + new_tokens, dtype=torch.long, device=prompt.device)
     out[:, :P] = prompt
     _sync(param.device)
     t0 = time.perf_counter()
-    out[:, P] = _step(model, prompt, cache, 0).argmax(-1)
+    out[:, P] = pick(_logits(model, out[:, :P], cache, 0))
     _sync(param.device)
     t1 = time.perf_counter()
     for i in range(1, new_tokens):
         pos = P + i - 1
-        out[:, pos + 1] = _step(model, out[:, pos : pos + 1], cache, pos).argmax(-1)
+        idx = out[:, pos : pos + 1] if cached else out[:, : pos + 1]
+        out[:, pos + 1] = pick(_logits(model, idx, cache, pos))
     _sync(param.device)
     t2 = time.perf_counter()
-    return DecodeRun(B, P, new_tokens, t1 - t0, t2 - t1, out)
+    return DecodeRun(B, P, new_tokens, t1 - t0, t2 - t1, out, cached)
+
+
+def _logits(model, idx: torch.Tensor, cache: torch.Tensor | None, pos: int) -> torch.Tensor:
+    """The last position's logits (B, V): a cached step, or the model's own forward without a cache."""
+    if cache is None:
+        return model(idx)[0][:, -1]
+    return _step(model, idx, cache, pos)
 
 
 def _step(model, idx: torch.Tensor, cache: torch.Tensor, pos: int) -> torch.Tensor:
     """idx (B, T) at positions pos .. pos+T-1 (T > 1 only for the prefill at pos 0); fills the
-    cache there and returns the last position's logits (B, V)."""
+    cache there and returns the last position's logits (B, V). GPT.forward and Block.forward,
+    with the attention's keys and values kept."""
     import torch
-    import torch.nn.functional as F
 
-    cfg = model.cfg
-    B, T = idx.shape
-    C, H = cfg.n_embd, cfg.n_head
-    x = model.wte(idx) + model.wpe(torch.arange(pos, pos + T, device=idx.device))
+    x = model.wte(idx)
+    if model.wpe is not None:
+        x = x + model.wpe(torch.arange(pos, pos + idx.size(1), device=idx.device))
     for layer, block in enumerate(model.blocks):
-        attn = block.attn
-        q, k, v = attn.qkv(block.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
-        cache[layer, 0, :, :, pos : pos + T] = k
-        cache[layer, 1, :, :, pos : pos + T] = v
-        keys, values = cache[layer, 0, :, :, : pos + T], cache[layer, 1, :, :, : pos + T]
-        # One query row sees every cached position; the prefill's square block is causal.
-        y = F.scaled_dot_product_attention(q, keys, values, is_causal=T > 1, scale=attn.scale)
-        x = x + attn.proj(y.transpose(1, 2).reshape(B, T, C))
+        x = x + _cached_attention(block.attn, block.ln_1(x), cache[layer], pos)
         x = x + block.mlp(block.ln_2(x))
     h = model.ln_f(x[:, -1])
-    if cfg.mup:
+    if model.cfg.mup:
         h = h / model.width_mult  # muP readout multiplier, as in GPT.forward
     return model.lm_head(h)
+
+
+def _cached_attention(attn, x: torch.Tensor, cache: torch.Tensor, pos: int) -> torch.Tensor:
+    """CausalSelfAttention.forward for positions pos .. pos+T-1, reading and filling one layer's
+    cache (2, B, G, max_len, hd)."""
+    import torch.nn.functional as F
+
+    B, T, C = x.shape
+    H, G, hd = attn.n_head, attn.n_kv_head, attn.head_dim
+    q, k, v = attn.qkv(x).split((C, G * hd, G * hd), dim=2)
+    q = q.view(B, T, H, hd).transpose(1, 2)
+    k, v = (t.view(B, T, G, hd).transpose(1, 2) for t in (k, v))
+    if attn.qk_norm:
+        q, k = F.rms_norm(q, (hd,)), F.rms_norm(k, (hd,))
+    if attn.rotary is not None:
+        q, k = attn.rotary(q, start=pos), attn.rotary(k, start=pos)
+    cache[0, :, :, pos : pos + T] = k
+    cache[1, :, :, pos : pos + T] = v
+    keys, values = cache[0, :, :, : pos + T], cache[1, :, :, : pos + T]
+    # One query row sees every cached position; the prefill's square block is causal.
+    y = F.scaled_dot_product_attention(q, keys, values, is_causal=T > 1, scale=attn.scale, enable_gqa=G != H)
+    return attn.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
 def _sync(device: torch.device) -> None:
@@ -306,3 +386,24 @@ def model_dtype(model) -> str:
     import torch
 
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[next(model.parameters()).dtype]
+
+
+def device_bandwidth(device: str, given_gbs: float | None = None) -> tuple[float, str]:
+    """(bytes/s, where it comes from) of the memory a decode step on `device` streams from: the
+    figure given, else a CUDA device's catalogue entry (conf/hardware), else this CPU's copy
+    benchmark (perf/roofline.py, measured once and cached); ValueError when nothing gives it."""
+    from ablate.perf import roofline
+
+    if given_gbs:
+        return given_gbs * 1e9, "given"
+    if device == "cpu":
+        return roofline.measured_cpu_bandwidth(), "this CPU's copy benchmark"
+    if device == "cuda":
+        import torch
+
+        name = torch.cuda.get_device_name()
+        entry = roofline.catalogue_match(name)
+        if entry is not None and entry.memory_bandwidth_gbs:
+            return entry.memory_bandwidth_gbs * 1e9, f"catalogue {entry.name}, matched to {name!r}"
+        raise ValueError(f"{name!r} has no memory bandwidth in the catalogue (conf/hardware)")
+    raise ValueError(f"no memory bandwidth known for a {device} device")

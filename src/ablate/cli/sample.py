@@ -1,0 +1,47 @@
+"""`ablate sample run=DIR [prompt=TEXT] [tokens=N] [temperature=T] [top_k=K] [KEY=VALUE ...]`: what a
+trained run writes (a Hydra app over ablate/conf/sample.yaml).
+
+Prints the new text after the prompt (each sample's, with samples=N) and, on stderr, the decode
+tokens/s against the memory-bandwidth bound for the model, its dtype and this device; writes the
+same as data to RUN/sample.json (out=FILE elsewhere). The work is in run/sample.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ablate.cli.common import fail, hydra_main
+from ablate.config import ConfigError
+from ablate.config.sample import parse_sample
+from ablate.files import check_writable_dir
+
+SUMMARY = "Text from a run's checkpoint, and its decode tokens/s against the memory-bandwidth bound."
+EXAMPLE = "ablate sample run=outputs/2025-01-01/12-00-00 prompt='the ' tokens=40 temperature=0.8 top_k=20"
+
+
+def task(cfg) -> dict:
+    from omegaconf import OmegaConf
+
+    from ablate.run.sample import SAMPLE_FILE, sample, write_sample
+
+    try:
+        sc = parse_sample(OmegaConf.to_container(cfg, resolve=True))
+        out = Path(sc.out) if sc.out else Path(sc.run) / SAMPLE_FILE
+        check_writable_dir(out.parent, "out")
+        made = sample(sc)
+    except ConfigError as exc:
+        fail(str(exc))
+    for text in made.texts:
+        print(f"{made.prompt}{text}")
+    print(f"{made.model} at step {made.step}: {made.speed.line()}", file=sys.stderr)
+    print(f"wrote {write_sample(made, out)}", file=sys.stderr)
+    return {"out": str(out), "decode_tokens_per_s": made.speed.decode_tokens_per_s}
+
+
+def main(argv: list[str] | None = None) -> None:
+    hydra_main(task, config_name="sample", name="sample", summary=SUMMARY, example=EXAMPLE, argv=argv)
+
+
+if __name__ == "__main__":
+    main()
