@@ -7,6 +7,7 @@ exception: its __init__ is its API, the schemas and their parse functions, none 
 dependency.
 
     config/ conf/      every command's schema and parse function; the presets (package data)
+    child.py           the one entry point of every process the project starts (`python -m ablate.child`)
     errors.py files.py faults.py host.py provenance.py   ConfigError, atomic writes, failpoints,
                                                        cores and processes, config hash and code version
     model/     the GPT and what is applied to it: accounting, precision policies, the optimizer
