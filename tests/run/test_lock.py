@@ -121,3 +121,27 @@ def test_busy_with_names_a_live_writer_of_a_running_mlflow_run(tmp_path, other_p
     assert busy_with(ExistingRun("r", "RUNNING", "", owner_tag(alive))) is None  # its writer is gone
     held = other_process(tmp_path / "h")
     assert f"pid {held.pid}" in busy_with(None, tmp_path / "h")
+
+
+def test_a_launch_with_another_state_dir_is_busy_where_the_store_is(run_config, tmp_path, other_process):
+    """Two launches of one config into one sqlite store, with different state dirs: the second finds
+    the claim beside the store taken (as the first holds it from before its MLflow run exists) and
+    trains nothing, creating no run; once the first is gone, it trains."""
+    from mlflow.tracking import MlflowClient
+
+    from ablate.run import train
+    from ablate.run.lock import store_claim
+
+    cfg = run_config(tmp_path / "b", tracking="mlflow", **{"state_dir": str(tmp_path / "b" / "state")})
+    p = train.prepare(cfg)
+    claim = store_claim(cfg.tracking.uri, p.config_hash)
+    assert claim.directory.parent == tmp_path / "b" / ".mlflow.db.claims"
+    claim.directory.parent.mkdir()
+    first = other_process(claim.directory)
+    result = train.run(cfg, tmp_path / "b" / "out", prepared=p)
+    assert result.status == "busy" and f"pid {first.pid}" in result.reason
+    client = MlflowClient(cfg.tracking.uri)
+    assert not client.search_runs([e.experiment_id for e in client.search_experiments()])
+    first.kill()
+    first.wait()
+    assert train.run(cfg, tmp_path / "b" / "out2", prepared=p).status == "finished"

@@ -16,6 +16,11 @@ thread every HEARTBEAT_S. A lease whose heartbeat is older than STALE_S, or whos
 host is gone, is taken over.
 
 Either way the file names its owner (host, pid, since when, and the MLflow run once there is one).
+
+The same lock is also taken where the run's record is, so that two launches with different state
+dirs cannot both write one run: for a store in a file (sqlite), DB_FOLDER/.DB_NAME.claims/<hash>
+(store_claim). A tracking server has no folder to lock; there the run's owner tag names the live
+writer, and a launch that finds it alive on this host leaves the run alone (busy_with).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.host import process_alive
+from ablate.tracking.store import sqlite_path
 
 LOCK_FILE = "run.lock"
 LEASE_FILE = "run.lease"
@@ -244,6 +250,26 @@ def holder(directory: Path) -> Owner | None:
         return exc.owner or Owner("?", 0, 0.0)
     probe.release()
     return None
+
+
+def store_claim(uri: str, config_hash: str) -> RunLock | None:
+    """The lock on a run where its record is: beside a sqlite store; None for a server or no store."""
+    path = sqlite_path(uri) if uri else None
+    if path is None:
+        return None
+    return RunLock(path.resolve().parent / f".{path.name}.claims" / config_hash)
+
+
+def acquire_all(locks: list[RunLock]) -> None:
+    """Each lock in turn, or none: on Busy the ones already taken are released before it is raised."""
+    taken: list[RunLock] = []
+    try:
+        for lock in locks:
+            taken.append(lock.acquire())
+    except Busy:
+        for lock in reversed(taken):
+            lock.release()
+        raise
 
 
 def owner_tag(owner: Owner) -> str:

@@ -27,7 +27,7 @@ from ablate.model import accounting
 from ablate.provenance import code_version, flatten
 from ablate.run import checkpoint, preemption, ranks
 from ablate.run.decision import BUSY, RUN, SKIP, decide
-from ablate.run.lock import Busy, RunLock, busy_with, owner_tag
+from ablate.run.lock import Busy, RunLock, acquire_all, busy_with, owner_tag, store_claim
 from ablate.run.prepare import Prepared, prepare
 from ablate.run.result import RunResult, write_result
 from ablate.run.trainer import Trainer, state_mismatch
@@ -71,8 +71,12 @@ def run(
     p = prepared or prepare(cfg)
     state_dir = Path(p.cfg.state_dir) / p.config_hash
     lock = RunLock(state_dir)
+    claim = store_claim(p.cfg.tracking.uri, p.config_hash) if p.cfg.tracking.backend != "none" else None
+    held = [lock, claim] if claim is not None else [lock]
     try:
-        lock.acquire()  # held until the MLflow run is closed: one launch per config hash at a time
+        # held until the MLflow run is closed: one launch per config hash at a time, in the state dir
+        # and where the store is (another launch may use another state dir)
+        acquire_all(held)
     except Busy as exc:
         owner = exc.owner.describe() if exc.owner else "another process"
         run_id = (exc.owner.mlflow_run_id if exc.owner else "") or None
@@ -80,7 +84,8 @@ def run(
     try:
         return _run(p, out_dir, lock, sweep_id, experiment_id, parent_run_id, on_eval, family, agent, progress_file)
     finally:
-        lock.release()
+        for taken in reversed(held):
+            taken.release()
 
 
 @dataclass(frozen=True)
