@@ -265,10 +265,10 @@ def attention_terms(model: ModelConfig, dt: SavedDtypes, batch: int) -> dict[str
     terms = {"qkv input": btc * dt.lin_in}
     if model.attention == "sdpa":
         terms["q, k, v"] = qkv * dt.attn
+        terms["attention output"] = btc * dt.attn
         if moved:
             terms["new q, k"] = (btc + kv) * dt.attn
-            terms["attention output"] = btc * dt.attn
-        terms["attention output" if not moved else "attention proj input"] = btc * dt.attn
+            terms["attention proj input"] = btc * dt.attn
         terms["logsumexp"] = B * H * T * FP32
     else:
         # The batched matmuls copy q, k^T and v with every query head's keys (GQA repeats them).
