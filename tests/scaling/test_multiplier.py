@@ -410,3 +410,22 @@ def test_a_mean_of_paired_differences_gets_students_t_interval():
     assert est.value == pytest.approx(0.019333, abs=1e-6)
     assert est.ci95 == pytest.approx((est.value - half, est.value + half), rel=1e-6)
     assert mean_interval([0.01]).ci95 is None  # one seed: no interval
+
+
+def test_arms_that_change_the_parameter_count_pair_by_model_name_and_pay_for_their_compute():
+    """An architecture arm trains the same model presets with other parameter counts (no position
+    table, one key/value head): named sizes pair its runs with the baseline's, and an arm that reaches
+    the baseline's losses with 10% more compute per run is worth x1/1.1 of it, paired."""
+    from ablate.scaling.multiplier_paired import run_keys
+
+    base = paired_ladder(0.0, paired=0.0001)["base"]
+    names = [f"size{SIZES.index(n)}" for n in base.N]
+    costlier = Points(base.N * 0.97, base.D, base.L, base.C * 1.1)  # 3% fewer parameters, 10% more FLOPs
+    groups = {"base": base, "arm": costlier}
+    with pytest.raises(FitInputError, match="share no"):
+        compare_arms(groups, "base", n_boot=50)  # by parameter count the two ladders share no cell
+    keys = {k: run_keys(p, sizes=names) for k, p in groups.items()}
+    report = compare_arms(groups, "base", n_boot=100, keys=keys)
+    (arm,) = report.comparisons
+    assert arm.method == PAIRED and arm.paired.n_units == len(SIZES)
+    assert arm.headline.multiplier.value == pytest.approx(1 / 1.1, rel=0.01)

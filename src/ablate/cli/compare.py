@@ -47,7 +47,10 @@ def arms_from_experiment(cfg: CompareConfig):
             f"(valid: a key whose value differs between them: {', '.join(varying) or 'none differs'})"
         )
     values = [p[key] for p in rows]
-    pairing = [_pairing({k: v for k, v in p.items() if k.startswith("data.")}, p.get("train.seed")) for p in rows]
+    pairing = [
+        _pairing({k: v for k, v in p.items() if k.startswith("data.")}, p.get("train.seed"), _size(p, key))
+        for p in rows
+    ]
     source = (
         f"experiment {found.experiment} ({cfg.tracking.uri}): {len(values)} FINISHED training runs; "
         f"skipped {fit_runs.describe_skipped(found.skipped) or 'none'}"
@@ -79,18 +82,29 @@ BUDGET_COLUMNS = ("train.tokens", "train.steps", "train.flops", "train.tokens_pe
 
 
 def _csv_pairing(row: dict, arm: str) -> tuple:
-    """A CSV row's (config, seed) beyond its params and tokens: its seed column, and every column that
+    """A CSV row's (config, seed, size) beyond its params and tokens: its seed column, every column that
     is not a point's (a sweep's other swept keys, its data config), the arm's, the label and the budget
-    aside."""
+    aside, and its model column as its size."""
     from ablate.scaling.points import CSV_OPTIONAL, CSV_REQUIRED
 
     skip = {*CSV_REQUIRED, *CSV_OPTIONAL, "label", arm, *SEED_COLUMNS, *BUDGET_COLUMNS}
     seed = next((row[c] for c in SEED_COLUMNS if row.get(c)), None)
-    return _pairing({k: v for k, v in row.items() if k not in skip}, seed)
+    size = row.get("model") if arm != "model" else None  # a sweep's model column names the run's size
+    return _pairing({k: v for k, v in row.items() if k not in skip}, seed, size)
 
 
-def _pairing(config: dict, seed) -> tuple:
-    return tuple(sorted((k, str(v)) for k, v in config.items())), None if seed in (None, "") else str(seed)
+def _pairing(config: dict, seed, size=None) -> tuple:
+    return (
+        tuple(sorted((k, str(v)) for k, v in config.items())),
+        None if seed in (None, "") else str(seed),
+        size or None,
+    )
+
+
+def _size(params: dict, arm: str):
+    """The run's model preset, which names its size whatever an architecture arm does to its parameter
+    count; None where the arm is the model itself (its arms are the sizes)."""
+    return None if arm in ("model", "model.name") else params.get("model.name")
 
 
 def _group(points, values: list[str], pairing: list[tuple], cfg: CompareConfig) -> tuple[dict, dict]:
@@ -110,7 +124,9 @@ def _group(points, values: list[str], pairing: list[tuple], cfg: CompareConfig) 
     for a in names:
         idx = np.flatnonzero(arr == a)
         groups[a] = points.subset(idx)
-        keys[a] = run_keys(groups[a], [pairing[i][0] for i in idx], [pairing[i][1] for i in idx])
+        keys[a] = run_keys(
+            groups[a], [pairing[i][0] for i in idx], [pairing[i][1] for i in idx], [pairing[i][2] for i in idx]
+        )
     return groups, keys
 
 

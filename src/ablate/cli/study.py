@@ -4,11 +4,13 @@ study; the work is in sweep/study.py."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
 from ablate.cli.common import fail
 from ablate.config import ConfigError
+from ablate.host import interrupting_signal
 from ablate.sweep.study import load_study, refresh, run_analyses, run_study, run_target
 
 
@@ -37,6 +39,12 @@ def main(argv: list[str] | None = None) -> None:
         path = refresh(args.study, study, just_run=args.run)
     except ConfigError as exc:
         fail(str(exc))
+    except KeyboardInterrupt as exc:  # its command was stopped too and has closed its records
+        signum = interrupting_signal(exc)
+        print(
+            f"ablate study: stopped by {'Ctrl-C' if signum is None else signal.Signals(signum).name}", file=sys.stderr
+        )
+        raise SystemExit(128 + (signum or signal.SIGINT)) from None
     print(f"wrote {path}", file=sys.stderr)
     if code:
         raise SystemExit(code)

@@ -205,7 +205,7 @@ def compare_arms(
     paired: bool = True,
 ) -> MultiplierReport:
     """Every arm of `groups` ({value: its points}) against `baseline`, one of them. With `shared`, each
-    arm keeps only the (N, D) cells every arm has: laws fitted on different ladders compare ladders.
+    arm keeps only the (size, D) cells every arm has: laws fitted on different ladders compare ladders.
     `entropy_floor`: the data's floor (None: each arm's points' own, when they give one). `keys`: each
     arm's runs' pairing keys (multiplier_paired.run_keys; None: (N, D) alone, as for runs of one sweep
     that record no seed); with `paired`, arms that share cells run against run are compared so."""
@@ -217,7 +217,7 @@ def compare_arms(
         raise FitInputError(f"target={target_C} is not a compute (valid: FLOPs > 0, e.g. 1e18)")
     ordered = {baseline: groups[baseline], **{k: v for k, v in groups.items() if k != baseline}}
     keys = {k: (keys or {}).get(k) or run_keys(p) for k, p in ordered.items()}
-    kept = _shared_index(ordered) if shared else {k: np.arange(len(p)) for k, p in ordered.items()}
+    kept = _shared_index(ordered, keys) if shared else {k: np.arange(len(p)) for k, p in ordered.items()}
     dropped = {k: len(p) - len(kept[k]) for k, p in ordered.items()}
     ordered = {k: p.subset(kept[k]) for k, p in ordered.items()}
     keys = {k: [keys[k][i] for i in kept[k]] for k in ordered}
@@ -247,13 +247,14 @@ def compare_arms(
 
 def shared_cells(groups: dict[str, Points]) -> tuple[dict[str, Points], dict[str, int]]:
     """Each arm restricted to the (N, D) cells that every arm has (N and D to 6 significant digits)."""
-    kept = _shared_index(groups)
+    kept = _shared_index(groups, {k: run_keys(p) for k, p in groups.items()})
     return {k: p.subset(kept[k]) for k, p in groups.items()}, {k: len(p) - len(kept[k]) for k, p in groups.items()}
 
 
-def _shared_index(groups: dict[str, Points]) -> dict[str, np.ndarray]:
-    """Each arm's runs in the (N, D) cells that every arm has."""
-    cells = {k: [key[:2] for key in run_keys(p)] for k, p in groups.items()}
+def _shared_index(groups: dict[str, Points], keys: dict[str, list[tuple]]) -> dict[str, np.ndarray]:
+    """Each arm's runs in the (size, D) cells that every arm has (run_keys: the size a model's name
+    or its N)."""
+    cells = {k: [key[:2] for key in keys[k]] for k in groups}
     common = set.intersection(*(set(c) for c in cells.values()))
     if not common:
         raise FitInputError(

@@ -1,14 +1,17 @@
 """Paired compute multipliers: arms trained on the same cells, seeds and data order, compared run against run.
 
-Two arms that share a run's size N, tokens D, data config and seed share most of its noise (the
+Two arms that share a run's size, tokens D, data config and seed share most of its noise (the
 initialisation, the batches, the evaluation set), so the difference of their losses is far more
 precise than either arm's law: a paired design (Student 1908; Efron & Tibshirani 1993, sec. 6.9).
-For each such pair of runs i, at compute C_i,
+A run's size is its parameter count N, or, where the runs name it (a model preset), that name: an
+architecture arm changes N (rotary positions drop the position table, one key/value head shrinks
+qkv) without changing which model of the ladder the run is. For each such pair of runs i, the
+baseline's at compute C_i and the arm's at C_a,i (equal unless the arm changes the FLOPs per token),
 
     d_i = log L_a,i - log L_b,i                                  the arm's log-loss offset
-    log m_i = log C_b(L_b(C_i) e^{d_i}) - log C_i                the compute the baseline needs
-            = (1 / alpha_b) log[(L_b(C_i) - E_b) / (L_b(C_i) e^{d_i} - E_b)]
-            ~ d_i / s_b(C_i),   s_b(C) = d log L_b / d log C = -alpha_b (L_b(C) - E_b) / L_b(C)
+    log m_i = log C_b(L_b(C_i) e^{d_i}) - log C_a,i              the compute the baseline needs
+            = (1 / alpha_b) log[(L_b(C_i) - E_b) / (L_b(C_i) e^{d_i} - E_b)] - log(C_a,i / C_i)
+            ~ d_i / s_b(C_i) - log(C_a,i / C_i),   s_b(C) = d log L_b / d log C = -alpha_b (L_b(C) - E_b) / L_b(C)
 
 with the baseline's law L_b(C) = E_b + A_b / C^alpha_b (multiplier.py): the offset converted to
 compute through the baseline's local slope d log C / d log L = 1 / s_b (the last line, first order
@@ -57,6 +60,8 @@ class PairedRuns:
     C: np.ndarray
     d: np.ndarray  # log L_arm - log L_baseline
     unit: np.ndarray  # int, 0..n_units-1
+    # log(C_arm / C_baseline) of each pair: 0 where the arm trains at the baseline's FLOPs per token
+    log_compute_ratio: np.ndarray | None = None
 
     @property
     def n_units(self) -> int:
@@ -119,16 +124,20 @@ def _t(dof: int) -> float:
     return float(stats.t.ppf(0.5 * (1 + CI_LEVEL), dof)) if dof >= 1 else math.inf
 
 
-def run_keys(points: Points, config: Sequence | None = None, seeds: Sequence | None = None) -> list[tuple]:
-    """Each run's pairing key (N, D, config, seed): N and D to 6 significant digits, `config` what else
-    sets the run (its data config, other swept keys; hashable, None: nothing), `seeds` its seed (None:
-    not recorded). The key without D is the run's model instance."""
+def run_keys(
+    points: Points, config: Sequence | None = None, seeds: Sequence | None = None, sizes: Sequence | None = None
+) -> list[tuple]:
+    """Each run's pairing key (size, D, config, seed): the size its model's name where `sizes` gives
+    one (a preset such as micro), else N to 6 significant digits; D to 6 significant digits; `config`
+    what else sets the run (its data config, other swept keys; hashable, None: nothing); `seeds` its
+    seed (None: not recorded). The key without D is the run's model instance."""
     n = len(points)
     config = [None] * n if config is None else list(config)
     seeds = [None] * n if seeds is None else list(seeds)
+    sizes = [None] * n if sizes is None else list(sizes)
     return [
-        (float(f"{N:.6g}"), float(f"{D:.6g}"), c, s)
-        for N, D, c, s in zip(points.N, points.D, config, seeds, strict=True)
+        (size if size else float(f"{N:.6g}"), float(f"{D:.6g}"), c, s)
+        for N, D, c, s, size in zip(points.N, points.D, config, seeds, sizes, strict=True)
     ]
 
 
@@ -138,12 +147,13 @@ def pair_runs(arm: Points, arm_keys: list[tuple], base: Points, base_keys: list[
     a, b = _mean_by_key(arm, arm_keys), _mean_by_key(base, base_keys)
     shared = sorted(set(a) & set(b), key=repr)
     units: dict = {}
-    C, d, unit = [], [], []
+    C, d, unit, ratio = [], [], [], []
     for key in shared:
         unit.append(units.setdefault((key[0], *key[2:]), len(units)))  # the key without D
         C.append(b[key][0])
         d.append(a[key][1] - b[key][1])
-    return PairedRuns(np.array(C, float), np.array(d, float), np.array(unit, int))
+        ratio.append(math.log(a[key][0] / b[key][0]))
+    return PairedRuns(np.array(C, float), np.array(d, float), np.array(unit, int), np.array(ratio, float))
 
 
 def _mean_by_key(points: Points, keys: list[tuple]) -> dict:
@@ -164,6 +174,8 @@ def log_multipliers(runs: PairedRuns, theta: np.ndarray) -> np.ndarray:
         L_b = E + A * C**-alpha
         gap = L_b * np.exp(runs.d[None]) - E
         out = np.where(gap > 0, (np.log(L_b - E) - np.log(gap)) / alpha, np.inf)
+    if runs.log_compute_ratio is not None:
+        out = out - runs.log_compute_ratio[None]
     return out[0] if np.ndim(theta) == 1 else out
 
 

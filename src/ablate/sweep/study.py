@@ -47,11 +47,14 @@ from pathlib import Path
 
 from ablate.config import ConfigError
 from ablate.files import within, write_text
+from ablate.host import interrupting_signal
 from ablate.sweep.context import LAUNCHES_FILE, read_sweep_file
 from ablate.sweep.cost import cost_table, export_cost
 from ablate.sweep.summary import recorded_summary, summarize
 
 STUDY_FILE = "study.yaml"
+# How long a study waits for its command to close its records after passing it a signal.
+CHILD_STOP_S = 120.0
 SWEEP_SUBDIR = "sweep"
 STORE = "mlflow.db"
 STATE_SUBDIR = ".state"  # checkpoints (not kept in git)
@@ -162,7 +165,7 @@ def run_analyses(study_dir: Path, study: dict) -> int:
             continue
         args = [a["kind"], *_analysis_inputs(study_dir, a, out), *[str(x) for x in a.get("args") or []], f"out={out}"]
         print("+ python -m ablate " + " ".join(shlex.quote(x) for x in args), file=sys.stderr)
-        done = subprocess.run([sys.executable, "-m", "ablate", *args], cwd=project_root(study_dir)).returncode
+        done = run_ablate(args, project_root(study_dir))
         code = code or done
     return code
 
@@ -203,7 +206,28 @@ def _merge_points(files: dict[str, Path], column: str, out: Path) -> Path:
 def run_study(study_dir: Path, study: dict, extra: list[str]) -> int:
     args = command(study_dir, list(study["overrides"]) + extra)
     print("+ python -m ablate " + " ".join(shlex.quote(a) for a in args), file=sys.stderr)
-    return subprocess.run([sys.executable, "-m", "ablate", *args], cwd=project_root(study_dir)).returncode
+    return run_ablate(args, project_root(study_dir))
+
+
+def run_ablate(args: list[str], cwd: Path) -> int:
+    """`python -m ablate ARGS` in a child process that this command's end reaches too. Stopped by
+    SIGTERM or SIGHUP, this command forwards the signal and waits for the child, so that a sweep it
+    runs stops its jobs and closes its runs (KILLED) before this command exits; subprocess.run would
+    SIGKILL it and leave them RUNNING. Ctrl-C reaches the child from the terminal itself (one process
+    group), and is waited for the same way."""
+    child = subprocess.Popen([sys.executable, "-m", "ablate", *args], cwd=cwd)
+    try:
+        return child.wait()
+    except KeyboardInterrupt as exc:
+        signum = interrupting_signal(exc)
+        if signum is not None:
+            child.send_signal(signum)
+        try:
+            child.wait(timeout=CHILD_STOP_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        raise
 
 
 def run_target(study_dir: Path, study: dict) -> int:
@@ -219,7 +243,7 @@ def run_target(study_dir: Path, study: dict) -> int:
     steps += [args, ["predict", "--outcome", str(study_dir / TARGET_SUBDIR), f"out={out}"]]
     for step in steps:
         print("+ python -m ablate " + " ".join(shlex.quote(x) for x in step), file=sys.stderr)
-        code = subprocess.run([sys.executable, "-m", "ablate", *step], cwd=project_root(study_dir)).returncode
+        code = run_ablate(step, project_root(study_dir))
         if code:
             return code
     return 0
