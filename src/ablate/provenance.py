@@ -84,6 +84,11 @@ def config_hash(cfg: RunConfig, hardware=None) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def hashed(key: str) -> bool:
+    """Whether a flattened config key is part of the config hash (where a cache lives is not)."""
+    return not _excluded(key)
+
+
 def _excluded(key: str) -> bool:
     return any(key == k or key.startswith(k + ".") for k in HASH_EXCLUDED)
 

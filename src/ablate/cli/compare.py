@@ -10,7 +10,7 @@ e.g. precision, model.attention, model.mup, optim.lr; a config group stands for 
 arm's law L(C) on the shared ladder, and reports the compute multiplier of every arm against the
 baseline at each scale, its trend and its value at the target, each with its verdict (trusted, wide or
 not_determined, and why; a not_determined multiplier is printed as the word, not a number). Arms
-that share runs (the same params, tokens, data config and seed: for an experiment, its runs'
+that share runs (the same size, tokens, data config and seed: for an experiment, its runs'
 train.seed and data.* params; for a CSV, its seed or train.seed column and every other column that
 is not a point's, such as a sweep's other swept keys) are compared run against run (paired); the
 others by their laws alone (unpaired); each arm's line says which. E is
@@ -28,6 +28,7 @@ import sys
 from ablate.cli.common import fail, hydra_main
 from ablate.config import CompareConfig, ConfigError, parse_compare
 from ablate.files import check_writable_dir
+from ablate.provenance import hashed
 
 
 def arms_from_experiment(cfg: CompareConfig):
@@ -48,7 +49,10 @@ def arms_from_experiment(cfg: CompareConfig):
         )
     values = [p[key] for p in rows]
     pairing = [
-        _pairing({k: v for k, v in p.items() if k.startswith("data.")}, p.get("train.seed"), _size(p, key))
+        # the data's result-determining keys: two checkouts' cache folders hold the same tokens
+        _pairing(
+            {k: v for k, v in p.items() if k.startswith("data.") and hashed(k)}, p.get("train.seed"), _size(p, key)
+        )
         for p in rows
     ]
     source = (

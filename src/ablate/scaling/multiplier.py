@@ -361,7 +361,7 @@ def _paired_fit(arm: Arm, arm_keys: list[tuple], base: Arm, base_keys: list[tupl
     runs = pair_runs(arm.points, arm_keys, base.points, base_keys)
     if runs.n_units < MIN_UNITS or len(np.unique(runs.C)) < 2:
         return None, (
-            f"{len(runs)} runs shared run against run (same params, tokens, data and seed) from "
+            f"{len(runs)} runs shared run against run (same size, tokens, data and seed) from "
             f"{runs.n_units} model instances (needs {MIN_UNITS}, at 2 computes or more)"
         )
     fit = fit_paired(runs, _theta(base.law), _samples(base.law))

@@ -301,7 +301,7 @@ def _method_lines(report: MultiplierReport, paired: list[Comparison]) -> list[st
     if paired:
         lines.append(
             f"Paired ({', '.join(c.arm for c in paired)}): run against run on the runs both arms share (same "
-            f"params, tokens, data and seed): {PAIRED_FORMULA}, with {report.baseline}'s law; the mean over model "
+            f"size, tokens, data and seed): {PAIRED_FORMULA}, with {report.baseline}'s law; the mean over model "
             "instances (one size, data and seed: its budgets share its initialisation) with Student's t "
             "interval, the law's own uncertainty added in quadrature (scaling/multiplier_paired.py)."
         )
