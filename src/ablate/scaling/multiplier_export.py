@@ -25,8 +25,8 @@ from ablate.scaling.verdict import Verdict
 SCHEMA = "ablate.multiplier/2"
 FORMULA = "m(C) = C_b(L_a(C)) / C, L(C) = E + A / C^alpha over each arm's compute envelope"
 PAIRED_FORMULA = (
-    "log m_i = log C_b(L_b(C_i) e^{d_i}) - log C_i ~ d_i / s_b(C_i), d_i = log L_a,i - log L_b,i, "
-    "s_b = d log L_b / d log C = -alpha_b (L_b - E_b) / L_b"
+    "log m_i = log C_b(L_b(C_i) e^{d_i}) - log C_a,i ~ d_i / s_b(C_i) - log(C_a,i / C_i), "
+    "d_i = log L_a,i - log L_b,i, s_b = d log L_b / d log C = -alpha_b (L_b - E_b) / L_b"
 )
 
 
