@@ -111,24 +111,3 @@ def test_a_description_someone_wrote_is_left_alone(store, name):
     views.save_sweep_view(client, eid, "s1", "sweep a", ["s1"])
     assert client.get_experiment(eid).tags[NOTE_TAG] == "my notes"
     assert SHARED_VIEW_PREFIX + "s1" in client.get_experiment(eid).tags  # the view is saved all the same
-
-
-def test_the_swept_params_are_the_numbers_the_runs_differ_in():
-    runs = [
-        {"optim.lr": "0.001", "train.seed": "0", "model.name": "nano", "derived.params": "10", "model.n_embd": "32"},
-        {"optim.lr": "0.003", "train.seed": "0", "model.name": "tiny", "derived.params": "20", "model.n_embd": "64"},
-    ]
-    assert views.swept_params(runs) == ["model.n_embd", "optim.lr"]  # not a string, a constant or derived.*
-    assert views.swept_params(runs[:1]) == [] and views.swept_params([]) == []
-
-
-def test_an_ended_sweeps_view_adds_a_parallel_coordinates_chart_of_its_swept_params(store, name):
-    client = MlflowClient(store)
-    eid = ensure_experiment(store, name)
-    views.save_sweep_view(client, eid, "sw-p", "search lr", ["sw-p"], ["a" * 32], ["optim.lr", "model.n_embd"])
-    state = json.loads(json.loads(client.get_experiment(eid).tags[SHARED_VIEW_PREFIX + "sw-p"])["state"])
-    line, parallel = state["compareRunCharts"]
-    assert line["uuid"] == "ablate-val-loss-vs-flops" and parallel["type"] == "PARALLEL"
-    assert parallel["selectedParams"] == ["optim.lr", "model.n_embd"] and parallel["selectedMetrics"] == ["val/loss"]
-    assert parallel["metricSectionId"] == state["compareRunSections"][0]["uuid"]
-    assert len(views.view_state(["s1"])["compareRunCharts"]) == 1  # while it runs: the line chart alone

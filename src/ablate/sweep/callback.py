@@ -337,8 +337,7 @@ def save_view(client, info: dict, summary: SweepSummary) -> None:
     )
     sweep_ids = [s for s in dict.fromkeys([info["sweep_id"], *(r.data.tags.get(SWEEP_TAG) for r in found)]) if s]
     name = info.get("view_name") or f"sweep {info.get('name', 'sweep')}"
-    swept = views.swept_params([r.data.params for r in found if r.info.run_id != info["parent_run_id"]])
-    views.save_sweep_view(client, info["experiment_id"], info["sweep_id"], name, sweep_ids, run_ids, swept)
+    views.save_sweep_view(client, info["experiment_id"], info["sweep_id"], name, sweep_ids, run_ids)
 
 
 def close_parent_run(info: dict, status: str, reason: str = "") -> None:

@@ -14,10 +14,7 @@ What the view written here holds, and why:
 - every run shown (runsHiddenMode SHOW_ALL; the default shows the first 10 rows);
 - one full-width chart of `val/loss` with the metric `flops` as its x-axis (both are logged at
   the same steps, see tracking.tracker); the other line charts use `flops` too. A metric x-axis is
-  linear in 3.17: the UI's log scale works only for steps;
-- once the sweep has ended, a parallel-coordinates chart of the params its runs differ in (a
-  search's sampled values, a grid's axes) against the last `val/loss`, where those params are
-  numbers: the UI draws no string axis in a grouped view (swept_params).
+  linear in 3.17: the UI's log scale works only for steps.
 The experiment's description (tag mlflow.note.content), shown at the top of its page, links each
 sweep's view, newest first: one click from the experiment page. Links carry
 workflowType=machine_learning because 3.17's UI picks its GenAI or model-training layout from a
@@ -53,9 +50,8 @@ def link(experiment_id: str, vid: str) -> str:
     )
 
 
-def view_state(sweep_ids: list[str], run_ids: list[str] | None = None, swept: list[str] | None = None) -> dict:
-    """The page state of the view: which runs, grouped how, and the charts (module doc); `swept`:
-    the params of the parallel-coordinates chart, none without them."""
+def view_state(sweep_ids: list[str], run_ids: list[str] | None = None) -> dict:
+    """The page state of the view: which runs, grouped how, and the chart (module doc)."""
     if run_ids:
         quoted = ", ".join(f"'{r}'" for r in run_ids)
         search = f"attributes.run_id IN ({quoted})"
@@ -102,68 +98,25 @@ def view_state(sweep_ids: list[str], run_ids: list[str] | None = None, swept: li
         "useGroupedValuesInCharts": False,
         "globalLineChartConfig": {"xAxisKey": "metric", "selectedXAxisMetricKey": "flops", "lineSmoothness": 0},
         "compareRunSections": [section],
-        "compareRunCharts": [chart, *([parallel_chart(section["uuid"], swept)] if swept else [])],
+        "compareRunCharts": [chart],
         "isAccordionReordered": True,
         "hideEmptyCharts": True,
     }
 
 
-def parallel_chart(section_id: str, swept: list[str]) -> dict:
-    """MLflow's parallel-coordinates card: one axis per param, then the metric."""
-    return {
-        "uuid": "ablate-swept-params-vs-val-loss",
-        "type": "PARALLEL",
-        "runsCountToCompare": 1000,
-        "metricSectionId": section_id,
-        "deleted": False,
-        "isGenerated": True,
-        "displayName": "the swept params against val/loss",
-        "selectedParams": swept,
-        "selectedMetrics": ["val/loss"],
-    }
-
-
-def swept_params(params: list[dict]) -> list[str]:
-    """The params that a sweep's runs (their params dicts) set differently, each a number in every run;
-    the derived.* ones follow from the others and are left out."""
-    if len(params) < 2:
-        return []
-    keys = set.intersection(*(set(p) for p in params))
-    return sorted(
-        k
-        for k in keys
-        if not k.startswith("derived.") and len({p[k] for p in params}) > 1 and all(_number(p[k]) for p in params)
-    )
-
-
-def _number(value: str) -> bool:
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True
-
-
 def save_sweep_view(
-    client,
-    experiment_id: str,
-    sweep_id: str,
-    name: str,
-    sweep_ids: list[str],
-    run_ids: list[str] | None = None,
-    swept: list[str] | None = None,
+    client, experiment_id: str, sweep_id: str, name: str, sweep_ids: list[str], run_ids: list[str] | None = None
 ) -> str:
-    """Write (or rewrite) the sweep's saved view and list it in the experiment's description;
-    `swept`: the params of its parallel-coordinates chart (swept_params). Returns the view's link
-    (see `link`)."""
+    """Write (or rewrite) the sweep's saved view and list it in the experiment's description.
+    Returns the view's link (see `link`)."""
     vid = view_id(sweep_id)
     key = SHARED_VIEW_PREFIX + vid
     experiment = client.get_experiment(experiment_id)
     created = _created_at(experiment.tags.get(key))
     now = int(time.time() * 1000)
-    value = _envelope(name, created or now, now, view_state(sweep_ids, run_ids, swept))
+    value = _envelope(name, created or now, now, view_state(sweep_ids, run_ids))
     if run_ids and len(value) > MAX_TAG_VALUE:  # too many runs to list by id: select them by sweep tag
-        value = _envelope(name, created or now, now, view_state(sweep_ids, swept=swept))
+        value = _envelope(name, created or now, now, view_state(sweep_ids))
     client.set_experiment_tag(experiment_id, key, value)
     url = link(experiment_id, vid)
     note = describe(experiment.tags.get(NOTE_TAG, ""), name, url)
