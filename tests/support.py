@@ -79,3 +79,20 @@ def law_points_csv(seed: int) -> str:
             law = TRUE_LAW["E"] + TRUE_LAW["A"] / N ** TRUE_LAW["alpha"] + TRUE_LAW["B"] / D ** TRUE_LAW["beta"]
             rows.append(f"{N:.0f},{D:.0f},{law * np.exp(rng.normal(0, 0.01)):.6f}")
     return "\n".join(rows) + "\n"
+
+
+# The architecture arms as ModelConfig changes, one key each, and two that combine them
+# (tests/model/test_arms.py, tests/perf/test_memory.py).
+ARCH_ARMS = {
+    "rope": dict(position="rope"),
+    "nope": dict(position="none"),
+    "rmsnorm": dict(norm="rmsnorm"),
+    "swiglu": dict(mlp="swiglu"),
+    "relu2": dict(mlp="relu2"),
+    "qk_norm": dict(qk_norm=True),
+    "gqa": dict(n_kv_head=2),
+    "mqa": dict(n_kv_head=1),
+    "untied": dict(tie_embeddings=False),
+    "gqa_rope_qk_norm": dict(n_kv_head=2, position="rope", qk_norm=True),
+    "modern": dict(position="rope", norm="rmsnorm", mlp="swiglu", qk_norm=True, n_kv_head=2, tie_embeddings=False),
+}

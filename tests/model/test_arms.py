@@ -15,22 +15,10 @@ from ablate.model.measure import forward_flops
 from ablate.model.optim import MuonWithAdamW, build_optimizer
 from ablate.model.rope import Rotary
 from ablate.provenance import config_hash
-from support import run_config
+from support import ARCH_ARMS, run_config
 
 BASE = dict(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=50)
-ARMS = {
-    "baseline": {},
-    "rope": dict(position="rope"),
-    "nope": dict(position="none"),
-    "rmsnorm": dict(norm="rmsnorm"),
-    "swiglu": dict(mlp="swiglu"),
-    "relu2": dict(mlp="relu2"),
-    "qk_norm": dict(qk_norm=True),
-    "gqa": dict(n_kv_head=2),
-    "mqa": dict(n_kv_head=1),
-    "untied": dict(tie_embeddings=False),
-    "modern": dict(position="rope", norm="rmsnorm", mlp="swiglu", qk_norm=True, n_kv_head=2, tie_embeddings=False),
-}
+ARMS = {"baseline": {}, **ARCH_ARMS}
 
 
 def arm(name: str, **changes) -> ModelConfig:

@@ -20,7 +20,7 @@ from ablate.model.gpt import GPT
 from ablate.model.optim import build_optimizer
 from ablate.model.precision import apply_precision
 from ablate.perf import memory
-from support import preset
+from support import ARCH_ARMS, preset
 
 CPU_PRESETS = ["nano", "micro", "tiny", "small", "medium", "large"]
 FAST = {"nano", "micro"}
@@ -345,17 +345,7 @@ def test_cuda_peak_matches_max_memory_allocated(attention, precision, checkpoint
 # Architecture arms and Muon
 # ---------------------------------------------------------------------------------------------
 
-ARMS = {
-    "rope": dict(position="rope"),
-    "nope": dict(position="none"),
-    "rmsnorm": dict(norm="rmsnorm"),
-    "swiglu": dict(mlp="swiglu"),
-    "relu2": dict(mlp="relu2"),
-    "qk_norm": dict(qk_norm=True),
-    "mqa": dict(n_kv_head=1),
-    "gqa_rope_qk_norm": dict(n_kv_head=2, position="rope", qk_norm=True),
-    "untied": dict(tie_embeddings=False),
-}
+ARMS = {k: v for k, v in ARCH_ARMS.items() if k not in ("gqa", "modern")}
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
