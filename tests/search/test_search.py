@@ -123,7 +123,7 @@ def test_a_trial_is_pruned_inside_its_run_on_the_reported_val_loss(run_config, t
     def run_trial(lr: float, name: str):
         study.enqueue_trial({"optim.lr": lr})
         trial = study.ask(space)
-        hook = PruningHook(cfg, trial.number, study_storage.trial_id(trial))  # as the job rebuilds it from storage
+        hook = PruningHook(cfg, trial.number)  # as the job rebuilds it from storage, by number
         run_cfg = run_config(tmp_path / name, **{"optim.lr": lr, "train.steps": 20, "train.eval_interval": 5})
         result = train.run(run_cfg, tmp_path / name / "out", on_eval=hook)
         from ablate.search.driver import Tracking, tell
@@ -172,7 +172,8 @@ def test_two_worker_processes_share_one_journal_study(tmp_path):
 
 def test_a_trial_whose_driver_died_is_failed_and_its_parameters_queued_again(tmp_path):
     cfg = study_config(tmp_path)
-    study = study_storage.open_study(cfg)
+    storage = study_storage.open_storage(cfg.storage)
+    study = study_storage.open_study(cfg, storage=storage)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     mine = Drivers(study, cfg.stale_after_s)
@@ -186,7 +187,7 @@ def test_a_trial_whose_driver_died_is_failed_and_its_parameters_queued_again(tmp
     orphan.set_user_attr("driver", other.id)
     live.set_user_attr("driver", mine.id)
     assert [t.number for t in mine.orphans()] == [orphan.number]
-    assert study_storage.give_back(study, study_storage.reopen(study, mine.orphans()[0]), "its driver stopped")
+    assert study_storage.give_back(study, study_storage.reopen(study, storage, mine.orphans()[0]), "its driver stopped")
     trials = study.get_trials()
     assert trials[orphan.number].state == TrialState.FAIL and trials[orphan.number].user_attrs["retried_as_new_trial"]
     assert trials[-1].state == TrialState.WAITING and trials[-1].system_attrs["fixed_params"] == orphan.params

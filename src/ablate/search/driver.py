@@ -46,9 +46,9 @@ from ablate.search.storage import (
     counted,
     give_back,
     grid_size,
+    open_storage,
     open_study,
     reopen,
-    trial_id,
 )
 from ablate.search.trial import Outcome, memory_excess_gb, objective_values, outcome, write_trials_file
 from ablate.sweep.context import read_sweep_file
@@ -71,12 +71,13 @@ def run_study(cfg: SearchConfig, config, launcher, arguments: list[str]) -> list
     sweep_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(config, sweep_dir / "multirun.yaml")
 
-    study = open_study(cfg, space)
+    storage = open_storage(cfg.storage)
+    study = open_study(cfg, space, storage)
     tracking = Tracking(read_sweep_file(sweep_dir), study, cfg)
     drivers = Drivers(study, cfg.stale_after_s)
     drivers.beat()
     for orphan in drivers.orphans():
-        give_back(study, reopen(study, orphan), "its driver stopped before the trial ended")
+        give_back(study, reopen(study, storage, orphan), "its driver stopped before the trial ended")
     asynchronous = cfg.asynchronous and isinstance(launcher, SlotLauncher)
     trials = StudyTrials(study, cfg, space, fixed, sweep_dir, drivers.id, tracking, asynchronous)
     done, _ = counted(study)
@@ -152,7 +153,7 @@ class StudyTrials:
         trial = self.study.ask(self.space)
         for key, value in self.stamp.items():
             trial.set_user_attr(key, value)
-        write_trials_file(self.sweep_dir, self.cfg, {num: {"number": trial.number, "trial_id": trial_id(trial)}})
+        write_trials_file(self.sweep_dir, self.cfg, {num: {"number": trial.number}})
         self.in_flight[num] = trial
         return self.fixed + trial_overrides(trial.params)
 

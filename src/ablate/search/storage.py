@@ -132,16 +132,16 @@ def make_pruner(cfg: SearchConfig):
     return pruners.NopPruner()
 
 
-def open_study(cfg: SearchConfig, space: dict | None = None):
+def open_study(cfg: SearchConfig, space: dict | None = None, storage=None):
     """Create the study, or load it when it exists (a relaunch continues it); `space` is what the
-    grid sampler walks."""
+    grid sampler walks; `storage` one already opened on cfg.storage."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = space or {}
     study = optuna.create_study(
         study_name=cfg.study_name,
-        storage=open_storage(cfg.storage),
+        storage=storage or open_storage(cfg.storage),
         sampler=make_sampler(cfg, space),
         pruner=make_pruner(cfg),
         directions=["minimize"] * len(cfg.objectives),
@@ -206,18 +206,17 @@ def give_back(study, trial, reason: str) -> bool:
     return True
 
 
-def reopen(study, frozen):
-    """A RUNNING trial of another driver, from get_trials, as a Trial this driver can update:
-    Optuna has no public way to reopen a trial by number, so this reads its storage id."""
+def reopen(study, storage, frozen):
+    """A RUNNING trial of another driver, from get_trials, as a Trial this driver can update."""
     from optuna.trial import Trial
 
-    return Trial(study, trial_id(frozen))
+    return Trial(study, trial_id(storage, study.study_name, frozen.number))
 
 
-def trial_id(trial) -> int:
-    """The storage id a job rebuilds its trial from (optuna.trial.Trial(study, id)); Optuna keeps
-    it private and offers no public accessor."""
-    return trial._trial_id
+def trial_id(storage, study_name: str, number: int) -> int:
+    """The storage id of trial `number`, which optuna.trial.Trial(study, id) rebuilds a trial from:
+    Trial and FrozenTrial keep it private, the storage's public API maps a number to it."""
+    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study_name), number)
 
 
 def counted(study) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ablate.config.search import COSTS, SearchConfig
 from ablate.files import read_json_object, write_json
-from ablate.search.storage import make_pruner, open_storage
+from ablate.search.storage import make_pruner, open_storage, trial_id
 
 TRIALS_FILE = "optuna.json"
 
@@ -39,23 +39,24 @@ def trial_hook(hc) -> Callable[[int, float, float], None] | None:
     cfg = SearchConfig(**info["search"])
     if cfg.costs:
         return None  # Optuna takes intermediate values of single-objective trials only
-    return PruningHook(cfg, entry["number"], entry["trial_id"])
+    return PruningHook(cfg, entry["number"])
 
 
 class PruningHook:
-    def __init__(self, cfg: SearchConfig, number: int, trial_id: int):
+    def __init__(self, cfg: SearchConfig, number: int):
         import optuna
 
         self.number = number
         self.pruner_name = cfg.pruner
+        storage = open_storage(cfg.storage)
         # The sampler is not used here (the driver sampled the parameters); a random one costs nothing.
         study = optuna.load_study(
             study_name=cfg.study_name,
-            storage=open_storage(cfg.storage),
+            storage=storage,
             sampler=optuna.samplers.RandomSampler(),
             pruner=make_pruner(cfg),
         )
-        self.trial = optuna.trial.Trial(study, trial_id)
+        self.trial = optuna.trial.Trial(study, trial_id(storage, cfg.study_name, number))
 
     def __call__(self, step: int, val_loss: float, flops: float) -> None:
         from optuna.exceptions import UpdateFinishedTrialError
