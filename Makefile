@@ -66,6 +66,7 @@ bench: bench-deps
 	$(PY) benchmarks/bench_sweep.py
 	$(PY) benchmarks/bench_fit.py
 	$(PY) benchmarks/bench_backtest.py
+	$(PY) benchmarks/bench_search.py --anchor
 
 bench-quick: bench-deps
 	$(PY) benchmarks/bench_train.py --quick

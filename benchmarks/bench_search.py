@@ -464,11 +464,13 @@ def plot(studies: dict, path: Path) -> Path:
 
 
 def report_anchor(results: dict) -> None:
+    """The search table of `make bench`: each sweeper on the same space, trials and workers."""
     write_json(RESULTS / "search_anchor.json", results)
+    print(f"{'sweeper':<22} {'seed':>4} {'slots busy':>10} {'span s':>7} {'wall s':>7} {'best val loss':>13}")
     for s in results["studies"]:
         print(
-            f"seed {s['seed']}, {s['sweeper']}: slots busy {s['busy_share']:.0%} of {s['span_s']:.0f} s, "
-            f"best val loss {s['best_val_loss']:.4f}, {s['wall_s']:.0f} s"
+            f"{s['sweeper']:<22} {s['seed']:>4} {s['busy_share']:>10.0%} {s['span_s']:>7.0f} {s['wall_s']:>7.0f} "
+            f"{s['best_val_loss']:>13.4f}"
         )
 
 
