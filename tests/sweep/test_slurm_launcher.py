@@ -189,6 +189,51 @@ def test_the_local_executor_variant_runs_a_sweep_without_a_cluster(cli, workdir)
         assert "finished nano/fp32" in (sweep_dir / job / "slurm.log").read_text()
 
 
+def study_of(cwd: Path):
+    import optuna
+
+    from ablate.search.storage import open_storage
+
+    return optuna.load_study(study_name="lr", storage=open_storage(str(cwd / "studies" / "lr" / "journal.log")))
+
+
+STUDY = [
+    "+sweep=lr",
+    "hydra.sweeper.n_trials=3",
+    "hydra.sweeper.n_jobs=2",
+    *QUICK,
+    "train.steps=20",
+    "train.eval_interval=10",
+]
+
+
+def check_asynchronous_study(workdir: Path, cluster: str) -> None:
+    """Three trials, two slots: each trial its own job (a slot is a job allowance), asked as one
+    ended, every trial and run ended, and jobs.json naming each job for `ablate jobs`."""
+    from optuna.trial import TrialState
+
+    trials = study_of(workdir).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
+    assert {t.user_attrs["schedule"] for t in trials} == {"asynchronous"}
+    assert all(sorted(t.intermediate_values) == [10, 20] for t in trials)  # each job reported to the study
+    record = json.loads((the_sweep_dir(workdir) / "jobs.json").read_text())
+    assert [len(a["jobs"]) for a in record["arrays"]] == [1, 1, 1]
+    assert {a["cluster"] for a in record["arrays"]} == {cluster}
+    assert sorted(j["num"] for a in record["arrays"] for j in a["jobs"]) == [0, 1, 2]
+    # The third trial was submitted only after one of the first two had ended.
+    first_two, third = [a["submitted_at"] for a in record["arrays"][:2]], record["arrays"][2]["submitted_at"]
+    ended = sorted(t.user_attrs["ended_at"] for t in trials[:2])
+    assert third >= ended[0] > max(first_two)
+    trial_runs = [r for r in child_runs(workdir) if "optuna.trial" in r.data.tags]
+    assert sorted(r.info.status for r in trial_runs) == ["FINISHED"] * 3
+
+
+def test_a_study_asks_each_trial_as_a_job_ends_on_the_local_executor(cli, workdir):
+    done = cli([*STUDY, "hydra/launcher=submitit_local"], workdir, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_asynchronous_study(workdir, "local")
+
+
 # -- against the local cluster -------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.slurm
@@ -407,3 +452,11 @@ def test_jobs_track_into_a_tracking_server(cli, workdir, mlflow_server):
     kinds = sorted((r.data.tags.get("ablate.kind", "run"), r.info.status) for r in runs)
     assert kinds == [("run", "FINISHED"), ("run", "FINISHED"), ("sweep", "FINISHED")]
     assert not (workdir / "mlflow.db").exists()  # nothing went to the default sqlite store
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_study_asks_each_trial_as_a_job_ends_on_slurm(cli, workdir):
+    done = cli([*STUDY, "hydra/launcher=slurm"], workdir, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_asynchronous_study(workdir, "slurm")

@@ -187,20 +187,25 @@ def next_job_num(sweep_dir: Path) -> int:
 
 
 def read_result(ret, sweep_dir: Path, num: int) -> dict | None:
-    """The job's result.json (its output dir from Hydra's JobReturn, else SWEEP_DIR/NUM); a job that
-    wrote none falls back to its return value when that is a dict."""
-    out_dir = None
+    """The job's result.json (its output dir from Hydra's JobReturn, else the run dir a launcher
+    that composed the job itself set as its working dir, else SWEEP_DIR/NUM); a job that wrote none
+    falls back to its return value when that is a dict."""
+    from hydra.core.utils import JobStatus
+    from omegaconf import OmegaConf
+
     hydra_cfg = getattr(ret, "hydra_cfg", None)
-    if hydra_cfg is not None:
-        out_dir = Path(str(hydra_cfg.hydra.runtime.output_dir))
-    for d in (out_dir, sweep_dir / str(num)):
-        if d is not None and (d / "result.json").is_file():
+    # Set by Hydra's run_job in the job's process; a job composed for submission (SLURM) has none.
+    out_dir = OmegaConf.select(hydra_cfg, "hydra.runtime.output_dir", default=None) if hydra_cfg is not None else None
+    job_dir = out_dir or (getattr(ret, "working_dir", None) if hydra_cfg is not None else None)
+    for d in filter(None, (job_dir, sweep_dir / str(num))):
+        if (Path(d) / "result.json").is_file():
             try:
-                return json.loads((d / "result.json").read_text())
+                return json.loads((Path(d) / "result.json").read_text())
             except ValueError:
                 pass
-    value = getattr(ret, "_return_value", None)
-    return value if isinstance(value, dict) else None
+    if ret is None or ret.status != JobStatus.COMPLETED:
+        return None
+    return ret.return_value if isinstance(ret.return_value, dict) else None
 
 
 def tell(study, cfg: SearchConfig, trial, result: dict | None, tracking: Tracking) -> Outcome:
