@@ -22,7 +22,7 @@ import numpy as np
 from ablate.scaling.backtest import BACKTEST_CUTS, backtest
 from ablate.scaling.points import Points, load_chinchilla
 from ablate.scaling.predict import FitOptions
-from ablate.scaling.report import backtest_markdown
+from ablate.scaling.reports.report import backtest_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.9

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import scipy
 
-from ablate.scaling.chinchilla import fit_approach3
-from ablate.scaling.multistart import hoffmann_grid
-from ablate.scaling.optimizer import LseHuber
+from ablate.scaling.fitting.multistart import hoffmann_grid
+from ablate.scaling.fitting.optimizer import LseHuber
+from ablate.scaling.laws.chinchilla import fit_approach3
 from ablate.scaling.points import load_chinchilla
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def main() -> None:
     fit = full_fit(points)
     boot = bootstrap(points, fit)
     doc = {
-        "what": "ablate.scaling.chinchilla.fit_approach3 on Epoch's 240 Chinchilla points",
+        "what": "ablate.scaling.laws.chinchilla.fit_approach3 on Epoch's 240 Chinchilla points",
         "machine": {
             "cpus": os.cpu_count(),
             "affinity": len(os.sched_getaffinity(0)),

@@ -598,7 +598,7 @@ def iso_flop_design():
     4 N_opt of TRUE_LAW, D = C/(6N), log-normal noise."""
     import numpy as np
 
-    from ablate.scaling.chinchilla import ChinchillaLaw
+    from ablate.scaling.laws.chinchilla import ChinchillaLaw
     from ablate.scaling.points import Points
 
     law = ChinchillaLaw(**TRUE_LAW)
@@ -627,7 +627,7 @@ def law_curves():
     """10 training curves of TRUE_LAW, 1e7 to 1e10 parameters, 1e8 to 1e11 tokens (approach 1)."""
     import numpy as np
 
-    from ablate.scaling.chinchilla import ChinchillaLaw
+    from ablate.scaling.laws.chinchilla import ChinchillaLaw
     from ablate.scaling.points import RunCurve
 
     law = ChinchillaLaw(**TRUE_LAW)
@@ -640,7 +640,7 @@ def grid_points():
     """12 sizes x 10 token budgets from TRUE_LAW, with 0.5% multiplicative noise."""
     import numpy as np
 
-    from ablate.scaling.chinchilla import ChinchillaLaw
+    from ablate.scaling.laws.chinchilla import ChinchillaLaw
     from ablate.scaling.points import Points
 
     law = ChinchillaLaw(**TRUE_LAW)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ablate.scaling.chinchilla import ChinchillaLaw
+from ablate.scaling.laws.chinchilla import ChinchillaLaw
 from support import DATA, ROOT, SMALL_DATA, TRUE_LAW, one_line_error
 
 CHINCHILLA = DATA / "chinchilla.csv"

@@ -19,7 +19,7 @@ from ablate.plan import make as plan_make
 from ablate.plan import memory as plan_memory
 from ablate.plan import mfu as plan_mfu
 from ablate.plan import render as plan_render
-from ablate.scaling import fitfile
+from ablate.scaling.reports import fitfile
 from support import CONF, ROOT, preset
 
 GPT_1P5B_PARAMS = 48 * (12 * 1600**2 + 2 * 1600) + 1600 + 50257 * 1600 + 1024 * 1600  # 1,556,764,800
@@ -249,7 +249,7 @@ def test_precision_the_hardware_cannot_run_is_refused():
 @pytest.fixture(scope="module")
 def fit_report():
     from ablate.scaling.analysis import fit_all
-    from ablate.scaling.chinchilla import ChinchillaLaw
+    from ablate.scaling.laws.chinchilla import ChinchillaLaw
     from ablate.scaling.points import Points
     from ablate.scaling.predict import FitOptions
 
@@ -275,7 +275,7 @@ def ladder_report():
 
 
 def write_fit(tmp_path, report, with_samples: bool = True, name: str = "fit.json"):
-    from ablate.scaling.export import fit_dict
+    from ablate.scaling.reports.export import fit_dict
 
     doc = fit_dict(report)  # as `python -m ablate fit` writes it: with the resamples
     if not with_samples:  # as written by hand, or cut down
@@ -389,7 +389,7 @@ def test_no_allocation_outside_1_to_10000_tokens_per_param_and_no_loss_below_the
 
 
 def test_a_fit_json_of_an_earlier_version_refuses_to_extrapolate(tmp_path, fit_report):
-    from ablate.scaling.export import fit_dict
+    from ablate.scaling.reports.export import fit_dict
 
     doc = fit_dict(fit_report)
     a3 = doc["chinchilla_approach3"]

@@ -1,4 +1,4 @@
-"""ablate.scaling.approach2 only where it applies: an iso-FLOP design is detected (or the points are
+"""ablate.scaling.laws.approach2 only where it applies: an iso-FLOP design is detected (or the points are
 refused with why), and each budget's parabola is fitted near its minimum."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from ablate.scaling.analysis import fit_all
-from ablate.scaling.approach2 import fit_approach2
-from ablate.scaling.chinchilla import ChinchillaLaw
+from ablate.scaling.laws.approach2 import fit_approach2
+from ablate.scaling.laws.chinchilla import ChinchillaLaw
 from ablate.scaling.points import FitInputError, Points
 from ablate.scaling.predict import FitOptions
-from ablate.scaling.report import summary_text
+from ablate.scaling.reports.report import summary_text
 from support import TRUE_LAW
 
 LAW = ChinchillaLaw(**TRUE_LAW)

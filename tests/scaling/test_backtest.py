@@ -10,10 +10,10 @@ import pytest
 
 from ablate.scaling.backtest import backtest, held_out
 from ablate.scaling.calibration import Calibration, calibrate, log_interval
-from ablate.scaling.chinchilla import ChinchillaLaw, fit_approach3
+from ablate.scaling.laws.chinchilla import ChinchillaLaw, fit_approach3
 from ablate.scaling.points import FitInputError, Points, load_chinchilla
 from ablate.scaling.predict import FitOptions, fit_predictor
-from ablate.scaling.report import backtest_markdown
+from ablate.scaling.reports.report import backtest_markdown
 from ablate.scaling.verdict import LEVELS
 
 

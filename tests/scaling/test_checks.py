@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from ablate.scaling.analysis import APPROACH3, fit_all
-from ablate.scaling.bootstrap import Estimate
 from ablate.scaling.checks import (
     DEFAULT_NOISE,
     NOISE_FLOOR,
@@ -22,12 +21,13 @@ from ablate.scaling.checks import (
     run_noise,
     runs_off_law,
 )
-from ablate.scaling.chinchilla import ChinchillaLaw, fit_approach3
-from ablate.scaling.export import fit_dict
+from ablate.scaling.fitting.bootstrap import Estimate
+from ablate.scaling.laws.chinchilla import ChinchillaLaw, fit_approach3
 from ablate.scaling.offlaw import removable
 from ablate.scaling.points import Points
 from ablate.scaling.predict import FitOptions
-from ablate.scaling.report import fit_markdown, summary_text
+from ablate.scaling.reports.export import fit_dict
+from ablate.scaling.reports.report import fit_markdown, summary_text
 from ablate.scaling.verdict import NOT_DETERMINED, TRUSTED, WIDE
 from support import TRUE_LAW
 

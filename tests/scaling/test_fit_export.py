@@ -1,4 +1,4 @@
-"""ablate.scaling.export: the files a fit leaves behind, their documented structure (verdicts beside every
+"""ablate.scaling.reports.export: the files a fit leaves behind, their documented structure (verdicts beside every
 number), and how a fit that did not converge is shown."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest
 
 from ablate.scaling.analysis import APPROACH3, FitReport, _without_law, fit_all
 from ablate.scaling.checks import approach3_facts, law_verdict, run_noise
-from ablate.scaling.chinchilla import fit_approach3
-from ablate.scaling.export import CSV_COLUMNS, export_fit
-from ablate.scaling.multistart import Tolerances
+from ablate.scaling.fitting.multistart import Tolerances
+from ablate.scaling.laws.chinchilla import fit_approach3
 from ablate.scaling.points import load_chinchilla
 from ablate.scaling.predict import FitOptions
-from ablate.scaling.report import NOT_CONVERGED, summary_text
+from ablate.scaling.reports.export import CSV_COLUMNS, export_fit
+from ablate.scaling.reports.report import NOT_CONVERGED, summary_text
 from ablate.scaling.verdict import LEVELS, NOT_DETERMINED
 
 FAR_START = np.array([[0.0, 25.0, 0.0, 25.0, 0.0]])  # theta = [e, a, alpha, b, beta]: a corner of Hoffmann's grid
@@ -266,8 +266,8 @@ def test_tied_exponents_print_fixed_values_as_fixed(grid_points, coarse_grid):
 def test_an_E_interval_over_almost_its_whole_range_is_said_in_words(grid_points, coarse_grid):
     from dataclasses import replace
 
-    from ablate.scaling.bootstrap import Estimate
-    from ablate.scaling.report import parameter_ci
+    from ablate.scaling.fitting.bootstrap import Estimate
+    from ablate.scaling.reports.report import parameter_ci
 
     fit = fit_approach3(grid_points, n_boot=0, grid=coarse_grid)
     wide = replace(fit, floor=0.0, upper=2.106)
@@ -278,7 +278,7 @@ def test_an_E_interval_over_almost_its_whole_range_is_said_in_words(grid_points,
 
 def test_a_not_determined_held_out_prediction_prints_no_number():
     from ablate.scaling.backtest import HeldOutRun
-    from ablate.scaling.report import held_out_cells
+    from ablate.scaling.reports.report import held_out_cells
     from ablate.scaling.verdict import Reason, Verdict
 
     nd = Verdict.of([Reason("law", NOT_DETERMINED, "approach 3 is not_determined")])

@@ -1,4 +1,4 @@
-"""ablate.scaling.joint: Kaplan et al. 2020's joint form L = E + [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D,
+"""ablate.scaling.laws.joint: Kaplan et al. 2020's joint form L = E + [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D,
 fitted by approach 3's procedure (form=joint), exported to fit.json and predicted from by the planner."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 from ablate.config import ConfigError
 from ablate.config.fit import FitSourceConfig
 from ablate.scaling.analysis import APPROACH3, fit_all
-from ablate.scaling.chinchilla import FORMS, ChinchillaLaw, fit_approach3
-from ablate.scaling.export import export_fit
-from ablate.scaling.fitfile import load_fit
-from ablate.scaling.joint import JointLseHuber, KaplanLaw, joint_grid
+from ablate.scaling.laws.chinchilla import FORMS, ChinchillaLaw, fit_approach3
+from ablate.scaling.laws.joint import JointLseHuber, KaplanLaw, joint_grid
 from ablate.scaling.points import FitInputError, Points
 from ablate.scaling.predict import FitOptions, fit_predictor, predict
-from ablate.scaling.report import summary_text
+from ablate.scaling.reports.export import export_fit
+from ablate.scaling.reports.fitfile import load_fit
+from ablate.scaling.reports.report import summary_text
 
 TRUE = KaplanLaw(E=2.0, N_c=2e4, D_c=5e5, alpha_N=0.5, alpha_D=0.4)
 SIZES = np.geomspace(1e4, 1e6, 5)

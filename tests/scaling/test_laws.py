@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ablate.scaling.approach1 import fit_approach1
-from ablate.scaling.approach2 import fit_approach2
-from ablate.scaling.bootstrap import Estimate, resample_counts
-from ablate.scaling.chinchilla import ChinchillaLaw, fit_approach3
-from ablate.scaling.multistart import Tolerances, hoffmann_grid
+from ablate.scaling.fitting.bootstrap import Estimate, resample_counts
+from ablate.scaling.fitting.multistart import Tolerances, hoffmann_grid
+from ablate.scaling.laws.approach1 import fit_approach1
+from ablate.scaling.laws.approach2 import fit_approach2
+from ablate.scaling.laws.chinchilla import ChinchillaLaw, fit_approach3
+from ablate.scaling.laws.single import compute_envelope, fit_single_law
 from ablate.scaling.points import FitInputError, Points, RunCurve, load_chinchilla
 from ablate.scaling.predict import FitOptions, fit_predictor, frontier, predict
-from ablate.scaling.single import compute_envelope, fit_single_law
 from ablate.scaling.validation import compare_floor
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "chinchilla.csv"
@@ -188,7 +188,7 @@ def test_scipy_lbfgsb_from_grid_starts_finds_no_better_optimum(chinchilla, chinc
     """Hoffmann's optimiser itself (scipy L-BFGS-B) from 200 of the grid's starts."""
     from scipy.optimize import minimize
 
-    from ablate.scaling.optimizer import LseHuber
+    from ablate.scaling.fitting.optimizer import LseHuber
 
     loss = LseHuber(np.log(np.stack([chinchilla.N, chinchilla.D])), np.log(chinchilla.L))
 

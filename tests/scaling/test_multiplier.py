@@ -15,9 +15,11 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from ablate.scaling.bootstrap import Estimate
+from ablate.scaling.fitting.bootstrap import Estimate
 from ablate.scaling.multiplier import GROWS, HOLDS, PAIRED, SHRINKS, UNPAIRED, compare_arms, multiplier
-from ablate.scaling.multiplier_export import (
+from ablate.scaling.multiplier_paired import PairedRuns, fit_paired, mean_interval
+from ablate.scaling.points import FitInputError, Points
+from ablate.scaling.reports.multiplier_export import (
     amounts_to,
     arm_line,
     export_multiplier,
@@ -25,8 +27,6 @@ from ablate.scaling.multiplier_export import (
     multiplier_markdown,
     summary_text,
 )
-from ablate.scaling.multiplier_paired import PairedRuns, fit_paired, mean_interval
-from ablate.scaling.points import FitInputError, Points
 from ablate.scaling.verdict import NOT_DETERMINED, TRUSTED, WIDE
 from ablate.tracking.tags import FIT_VERDICT_TAG
 

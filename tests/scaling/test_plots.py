@@ -1,4 +1,4 @@
-"""ablate.scaling.plots: what a person should read off each picture at a glance is drawn (the floor as a
+"""ablate.scaling.reports.plots: what a person should read off each picture at a glance is drawn (the floor as a
 line, the target as a marked point with its interval or as not_determined, the held-out runs, the
 bands), the frontier's band is clipped with the clipping said, and no labels overlap."""
 
@@ -11,10 +11,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from ablate.scaling import plots  # noqa: E402
 from ablate.scaling.analysis import fit_all  # noqa: E402
 from ablate.scaling.points import Points  # noqa: E402
 from ablate.scaling.predict import FitOptions  # noqa: E402
+from ablate.scaling.reports import plots  # noqa: E402
 
 FLOOR = 1.6
 

@@ -34,7 +34,7 @@ def task(cfg) -> dict:
 
     from ablate.scaling.backtest import backtest
     from ablate.scaling.points import FitInputError
-    from ablate.scaling.report import backtest_markdown
+    from ablate.scaling.reports.report import backtest_markdown
 
     try:
         bc = parse_backtest(OmegaConf.to_container(cfg, resolve=True))

@@ -138,8 +138,8 @@ def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
     from ablate.scaling.multiplier import compare_arms
-    from ablate.scaling.multiplier_export import export_multiplier, summary_text
     from ablate.scaling.points import FitInputError
+    from ablate.scaling.reports.multiplier_export import export_multiplier, summary_text
 
     try:
         cc = parse_compare(OmegaConf.to_container(cfg, resolve=True))

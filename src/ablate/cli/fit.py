@@ -11,7 +11,7 @@ why), and writes DIR/fit.json, fit.md, predictions.csv and PNG plots (default DI
 with experiment=NAME the same files go to a run tagged ablate.kind=fit in that experiment. Exits 1
 when approach 3 did not converge (the files say so, with no numbers as results), 2 when no law at all
 can be fitted to the points. The methods are in ablate/scaling/, the MLflow side in scaling/runs.py,
-the files in scaling/export.py, the schema in config/fit.py.
+the files in scaling/reports/export.py, the schema in config/fit.py.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def load_inputs(cfg: FitSourceConfig) -> FitInputs:
     """The points (a CSV, or an experiment's FINISHED training runs), with N counted as cfg.params and
     the floor from entropy_floor=, else the data's own (points.csv column, the runs' derived.entropy_floor)."""
     from ablate.scaling import runs as fit_runs
-    from ablate.scaling.chinchilla import e_bounds
+    from ablate.scaling.laws.chinchilla import e_bounds
     from ablate.scaling.points import load_points_csv
 
     if cfg.points is not None:
@@ -119,9 +119,9 @@ def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
     from ablate.scaling.analysis import APPROACH3, fit_all
-    from ablate.scaling.export import export_fit
     from ablate.scaling.points import FitInputError
-    from ablate.scaling.report import summary_text
+    from ablate.scaling.reports.export import export_fit
+    from ablate.scaling.reports.report import summary_text
 
     try:
         fc = parse_fit(OmegaConf.to_container(cfg, resolve=True))

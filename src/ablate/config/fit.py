@@ -14,7 +14,7 @@ from ablate.files import output_dir
 
 PARAM_KINDS = ("total", "non_embedding")  # which parameter count is N: Chinchilla's or Kaplan's
 # approach 3's law: additive E + A/N^alpha + B/D^beta (Hoffmann et al. 2022), or joint
-# E + [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D (Kaplan et al. 2020), scaling/chinchilla.FORMS
+# E + [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D (Kaplan et al. 2020), scaling/laws/chinchilla.FORMS
 LAW_FORMS = ("additive", "joint")
 DEFAULT_CUTS = (0.25, 0.375, 0.5, 0.625, 0.75)  # the backtest's cuts, as fractions of the log-compute span
 # Each bootstrap resample is a whole fit: beyond this the fit outlasts any use of its interval.
@@ -57,7 +57,7 @@ class FitTrackingConfig:
 
 @dataclass
 class Approach2Config:
-    """When runs form an iso-FLOP design, and where each budget's parabola is fitted (scaling/approach2.py)."""
+    """When runs form an iso-FLOP design, and where each budget's parabola is fitted (scaling/laws/approach2.py)."""
 
     budget_tol_decades: float = 0.02
     window_decades: float = 0.5

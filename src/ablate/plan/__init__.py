@@ -2,7 +2,7 @@
 
 hardware.py  planning_hardware: catalogue or measured figures at the policy's matmul dtype
 mfu.py       choose_mfu: given, measured on the user's own runs (MLflow), or a stated default
-loss.py      predict_loss and compute_optimal from an exported fit (scaling/fitfile.py)
+loss.py      predict_loss and compute_optimal from an exported fit (scaling/reports/fitfile.py)
 memory.py    plan_memory: on the GPUs given, the fewest that fit, and fallbacks
 make.py      make_plan: Plan with its constraints and the binding corner (no I/O)
 render.py    render_table, render_markdown, plan_dict, write_plan

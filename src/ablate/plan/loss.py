@@ -2,7 +2,7 @@
 verdict, and the compute-optimal (N, D) for the same FLOPs (Hoffmann et al. 2022).
 
 Both follow the fit's verdicts (scaling/verdict.py) through the same Predictor the fit used
-(scaling/fitfile.py): a not_determined loss has no number, only why and the runs that would determine
+(scaling/reports/fitfile.py): a not_determined loss has no number, only why and the runs that would determine
 it; where the fit's allocation at this C is not_determined -- which includes any allocation outside 1 to
 10,000 tokens per parameter -- the plan falls back to the rule of 20 tokens per parameter, labelled as
 such, and names the runs that would settle it. Nothing printed lies below the data's floor.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ablate.scaling.fitfile import FitLaw
 from ablate.scaling.predict import TOKENS_PER_PARAM_RULE, SuggestedRun, predict
+from ablate.scaling.reports.fitfile import FitLaw
 from ablate.scaling.verdict import Verdict
 
 RULE = f"rule of thumb D = {TOKENS_PER_PARAM_RULE:g} N (Hoffmann et al. 2022)"

@@ -2,7 +2,7 @@
 
 The question: "I have this GPU, this data and this money: what should I train, what will it cost,
 what will it reach, and what stops me first?" `make_plan` answers it from typed inputs, without I/O;
-hardware.py, mfu.py and scaling/fitfile.py read what it needs (catalogue figures or this CPU's
+hardware.py, mfu.py and scaling/reports/fitfile.py read what it needs (catalogue figures or this CPU's
 peak, MLflow runs for the MFU, a fit.json), and render.py writes plan.json and plan.md.
 
 Formulas
@@ -33,7 +33,7 @@ from ablate.plan.hardware import PlanHardware
 from ablate.plan.loss import Alternative, LossPrediction, Purchase, compute_optimal, predict_loss, what_it_buys
 from ablate.plan.memory import MemoryPlan, plan_memory
 from ablate.plan.mfu import MfuChoice
-from ablate.scaling.fitfile import FitLaw
+from ablate.scaling.reports.fitfile import FitLaw
 
 GB = 1e9
 

@@ -6,17 +6,11 @@ each building only on those above it:
     points.py      the data a fit reads: Points (final losses, the data's entropy floor, training
                    seconds), RunCurve (a run's loss-vs-FLOPs history), the CSV and Chinchilla
                    loaders, FitInputError and the input checks
-    optimizer.py   the Huber-on-log-loss objective (LseHuber) with the known bounds (E between the
-                   floor and the lowest loss, exponents > 0, alpha optionally = beta) and a BFGS
-                   that runs many starts at once
-    multistart.py  Hoffmann's start grid, best-of-many-starts, tolerances and whether it converged
-    bootstrap.py   Estimate (value and 95% interval), resampling, warm-started bootstrap refits
-    chinchilla.py  approach 3: L(N, D) = E + A/N^alpha + B/D^beta
-    single.py      L(x) = E + A/x^alpha for x = N, non-embedding N, D, or C over the compute envelope
-    frontier.py    the frontier table, the bootstrap laws' losses and optima, and the power laws
-                   that approaches 1 and 2 fit to their optima
-    approach1.py   approach 1: the lower envelope of training curves
-    approach2.py   approach 2 on an iso-FLOP design only: a parabola near each budget's minimum
+    fitting/       the machinery every law shares: the Huber-on-log-loss objective and its BFGS
+                   (optimizer.py), best of many starts (multistart.py), the bootstrap and its
+                   Estimate (bootstrap.py)
+    laws/          the laws: approach 3 (chinchilla.py) and the joint form (joint.py), the
+                   single-variable laws (single.py), the frontier (frontier.py), approaches 1 and 2
     verdict.py     Verdict and Reason: trusted, wide or not_determined, and why (the typed API)
     checks.py      the checks behind each verdict and their Thresholds; the run-to-run noise
     calibration.py intervals that cover: the law's error calibrated by leaving out the largest runs
@@ -25,12 +19,15 @@ each building only on those above it:
                    that would determine what is not determined
     backtest.py    fit below cut points in compute, predict above: coverage by distance; held_out
     validation.py  fitted E beside a known entropy floor
+    offlaw.py      approach 3 refitted without the runs furthest off the law, as a suggestion
+    otherform.py   approach 3 in its other form, as a suggestion when the runs break the law
     analysis.py    fit_all: every method the data allow, with verdicts, as one FitReport
-    report.py      fit.md and the terminal summary (what is printed follows the verdicts)
-    plots.py       the PNGs: data, bands, floor, target, held-out runs, the clipped frontier band
-    export.py      export_fit: fit.json, fit.md, predictions.csv and plots
-    fitfile.py     load_fit: an exported fit.json read back as the same Predictor (for the planner)
+    multiplier_paired.py  paired compute multipliers: arms compared run against run
+    multiplier.py  compare: each arm's compute multiplier against a baseline, at each scale
     runs.py        read_experiment: an MLflow experiment's runs as points and curves; log_fit_run
+    reports/       fit.md and the terminal summary (report.py), the PNGs (plots.py), export_fit
+                   (export.py), load_fit (fitfile.py: an exported fit.json read back as the same
+                   Predictor, for the planner), a comparison's files (multiplier_export.py)
 
 References
 - Kaplan et al. 2020, "Scaling Laws for Neural Language Models" (L(N), L(D), L(C) power laws).

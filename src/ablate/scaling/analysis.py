@@ -1,5 +1,5 @@
 """Every method the data allow, at once: fit_all returns a FitReport (export it with
-ablate.scaling.export.export_fit). Each method gets a verdict (verdict.py); a method the data cannot
+ablate.scaling.reports.export.export_fit). Each method gets a verdict (verdict.py); a method the data cannot
 support at all is `not_determined` with the one-line reason (approach 3 too: then no prediction has
 a number, and each says why)."""
 
@@ -11,10 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ablate.scaling.approach1 import fit_approach1
-from ablate.scaling.approach2 import BUDGET_TOL_DECADES, WINDOW_DECADES, fit_approach2
 from ablate.scaling.backtest import Backtest, held_out
-from ablate.scaling.bootstrap import Estimate
 from ablate.scaling.checks import (
     OffLawRun,
     RunNoise,
@@ -23,8 +20,12 @@ from ablate.scaling.checks import (
     run_noise,
     single_facts,
 )
-from ablate.scaling.chinchilla import Approach3Fit, e_bounds
-from ablate.scaling.frontier import Frontier, FrontierFit
+from ablate.scaling.fitting.bootstrap import Estimate
+from ablate.scaling.laws.approach1 import fit_approach1
+from ablate.scaling.laws.approach2 import BUDGET_TOL_DECADES, WINDOW_DECADES, fit_approach2
+from ablate.scaling.laws.chinchilla import Approach3Fit, e_bounds
+from ablate.scaling.laws.frontier import Frontier, FrontierFit
+from ablate.scaling.laws.single import SingleLawFit, fit_single_law
 from ablate.scaling.offlaw import REFIT_BOOT, WithoutRuns, named_runs, refit_without
 from ablate.scaling.otherform import OtherForm, other_form
 from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN, FitInputError, Points, RunCurve
@@ -37,7 +38,6 @@ from ablate.scaling.predict import (
     frontier,
     predict,
 )
-from ablate.scaling.single import SingleLawFit, fit_single_law
 from ablate.scaling.validation import FloorComparison, compare_floor
 from ablate.scaling.verdict import NOT_DETERMINED, WIDE, Reason, Verdict
 
@@ -46,7 +46,7 @@ APPROACH3 = "chinchilla_approach3"
 
 @dataclass(frozen=True)
 class FitReport:
-    """What fit_all found; export it with ablate.scaling.export.export_fit."""
+    """What fit_all found; export it with ablate.scaling.reports.export.export_fit."""
 
     points: Points
     options: FitOptions

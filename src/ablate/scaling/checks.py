@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from ablate.scaling.bootstrap import Estimate
-from ablate.scaling.chinchilla import Approach3Fit
-from ablate.scaling.single import SingleLawFit
+from ablate.scaling.fitting.bootstrap import Estimate
+from ablate.scaling.laws.chinchilla import Approach3Fit
+from ablate.scaling.laws.single import SingleLawFit
 from ablate.scaling.verdict import NOT_DETERMINED, WIDE, Reason, Verdict
 
 DEFAULT_NOISE = 0.01  # sd of log loss between repeats of one run: about 1% for small LMs over seeds

@@ -55,7 +55,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ablate.scaling.bootstrap import CI_LEVEL, DEFAULT_BOOT, Estimate
 from ablate.scaling.checks import (
     Thresholds,
     e_reasons,
@@ -65,9 +64,10 @@ from ablate.scaling.checks import (
     run_noise,
     single_facts,
 )
+from ablate.scaling.fitting.bootstrap import CI_LEVEL, DEFAULT_BOOT, Estimate
+from ablate.scaling.laws.single import SingleLawFit, fit_single_law
 from ablate.scaling.multiplier_paired import MIN_UNITS, PairedFit, fit_paired, pair_runs, run_keys
 from ablate.scaling.points import FitInputError, Points
-from ablate.scaling.single import SingleLawFit, fit_single_law
 from ablate.scaling.verdict import NOT_DETERMINED, WIDE, Reason, Verdict
 
 GROWS, HOLDS, SHRINKS = "grows", "holds", "shrinks"

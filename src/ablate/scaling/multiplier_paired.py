@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ablate.scaling.bootstrap import CI_LEVEL, Estimate
+from ablate.scaling.fitting.bootstrap import CI_LEVEL, Estimate
 from ablate.scaling.points import Points
 
 MIN_UNITS = 3  # independent model instances: with 2, t's one degree of freedom leaves x12.7 its sd

@@ -29,7 +29,7 @@ from ablate.scaling.checks import (
     off_law_runs,
     run_noise,
 )
-from ablate.scaling.chinchilla import Approach3Fit, fit_approach3, require_approach3
+from ablate.scaling.laws.chinchilla import Approach3Fit, fit_approach3, require_approach3
 from ablate.scaling.points import FitInputError, Points
 from ablate.scaling.verdict import Verdict
 

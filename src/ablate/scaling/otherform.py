@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ablate.scaling.checks import RunNoise, Thresholds, approach3_facts, breaks_law, law_verdict
-from ablate.scaling.chinchilla import FORMS, Approach3Fit, fit_approach3, law_text
+from ablate.scaling.laws.chinchilla import FORMS, Approach3Fit, fit_approach3, law_text
 from ablate.scaling.offlaw import REFIT_BOOT
 from ablate.scaling.verdict import Verdict
 

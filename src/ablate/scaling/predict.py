@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ablate.scaling.bootstrap import DEFAULT_BOOT, Estimate
 from ablate.scaling.calibration import (
     CALIBRATION_BOOT,
     CUT_FRACTIONS,
@@ -36,8 +35,9 @@ from ablate.scaling.checks import (
     law_verdict,
     run_noise,
 )
-from ablate.scaling.chinchilla import Approach3Fit, Law, fit_approach3
-from ablate.scaling.frontier import Frontier
+from ablate.scaling.fitting.bootstrap import DEFAULT_BOOT, Estimate
+from ablate.scaling.laws.chinchilla import Approach3Fit, Law, fit_approach3
+from ablate.scaling.laws.frontier import Frontier
 from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN, FitInputError, Points, check_positive
 from ablate.scaling.verdict import Reason, Verdict
 

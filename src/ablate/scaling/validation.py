@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ablate.scaling.bootstrap import Estimate
+from ablate.scaling.fitting.bootstrap import Estimate
 from ablate.scaling.points import check_positive
 
 

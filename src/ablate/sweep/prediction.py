@@ -28,8 +28,8 @@ from ablate.files import write_json
 from ablate.model import accounting
 from ablate.provenance import code_version
 from ablate.run.result import RunResult, bits_per_byte
-from ablate.scaling.fitfile import load_fit
 from ablate.scaling.predict import predict
+from ablate.scaling.reports.fitfile import load_fit
 
 if TYPE_CHECKING:
     from ablate.run.prepare import Prepared

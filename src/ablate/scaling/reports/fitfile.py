@@ -1,4 +1,4 @@
-"""Reading an exported fit (scaling/export.py writes fit.json) back as what the planner predicts with:
+"""Reading an exported fit (scaling/reports/export.py writes fit.json) back as what the planner predicts with:
 approach 3's parameters and 95% intervals, and the same Predictor that fit_all built (predict.py) --
 bootstrap laws, calibration, the data's range and floor, the law's verdict, the thresholds -- so that
 a plan prints the numbers and verdicts the fit would print for the same target."""
@@ -14,7 +14,7 @@ import numpy as np
 from ablate.config import ConfigError
 from ablate.scaling.calibration import Calibration
 from ablate.scaling.checks import Thresholds
-from ablate.scaling.chinchilla import FORMS, Law
+from ablate.scaling.laws.chinchilla import FORMS, Law
 from ablate.scaling.predict import Predictor
 from ablate.scaling.verdict import WIDE, Reason, Verdict
 

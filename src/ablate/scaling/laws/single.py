@@ -8,10 +8,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ablate.scaling.bootstrap import DEFAULT_BOOT, Bootstrap, Estimate, estimate, fit_lse
-from ablate.scaling.chinchilla import e_bounds
-from ablate.scaling.multistart import Diagnostics, Tolerances, single_law_grid
-from ablate.scaling.optimizer import HUBER_DELTA, LseHuber
+from ablate.scaling.fitting.bootstrap import DEFAULT_BOOT, Bootstrap, Estimate, estimate, fit_lse
+from ablate.scaling.fitting.multistart import Diagnostics, Tolerances, single_law_grid
+from ablate.scaling.fitting.optimizer import HUBER_DELTA, LseHuber
+from ablate.scaling.laws.chinchilla import e_bounds
 from ablate.scaling.points import Points, require_count, require_distinct
 
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ablate.scaling.bootstrap import Estimate, estimate
+from ablate.scaling.fitting.bootstrap import Estimate, estimate
 
 if TYPE_CHECKING:
-    from ablate.scaling.approach2 import IsoFlopBudget
+    from ablate.scaling.laws.approach2 import IsoFlopBudget
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.scaling.optimizer import BatchResult, LseHuber, batched_objective, bfgs
+from ablate.scaling.fitting.optimizer import BatchResult, LseHuber, batched_objective, bfgs
 
 
 def hoffmann_grid() -> np.ndarray:

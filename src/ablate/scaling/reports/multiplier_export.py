@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate.files import figure_bytes, write_files
-from ablate.scaling.bootstrap import Estimate
+from ablate.scaling.fitting.bootstrap import Estimate
 from ablate.scaling.multiplier import AtScale, Comparison, MultiplierReport
 from ablate.scaling.verdict import Verdict
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.scaling.multistart import Diagnostics, Solution, Tolerances, multistart, same_basin
-from ablate.scaling.optimizer import LseHuber, batched_objective, bfgs, n_threads
+from ablate.scaling.fitting.multistart import Diagnostics, Solution, Tolerances, multistart, same_basin
+from ablate.scaling.fitting.optimizer import LseHuber, batched_objective, bfgs, n_threads
 
 DEFAULT_BOOT = 1000
 CI_LEVEL = 0.95

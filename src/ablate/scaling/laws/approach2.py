@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ablate.scaling.bootstrap import DEFAULT_BOOT, Estimate, estimate, resample_counts
-from ablate.scaling.frontier import FrontierFit, fit_power_law
+from ablate.scaling.fitting.bootstrap import DEFAULT_BOOT, Estimate, estimate, resample_counts
+from ablate.scaling.laws.frontier import FrontierFit, fit_power_law
 from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN, FitInputError, Points
 
 BUDGET_TOL_DECADES = 0.02  # runs of one budget agree in FLOPs within 5%

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ablate.scaling.bootstrap import DEFAULT_BOOT
-from ablate.scaling.frontier import FrontierFit, fit_power_law
+from ablate.scaling.fitting.bootstrap import DEFAULT_BOOT
+from ablate.scaling.laws.frontier import FrontierFit, fit_power_law
 from ablate.scaling.points import FitInputError, RunCurve, require_count, require_distinct
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ablate.files import figure_bytes
 from ablate.scaling.analysis import FitReport
-from ablate.scaling.report import NOT_CONVERGED, g
+from ablate.scaling.reports.report import NOT_CONVERGED, g
 from ablate.scaling.verdict import NOT_DETERMINED
 
 BAND_CLIP = 100.0  # a frontier band is drawn at most this factor either side of its estimate

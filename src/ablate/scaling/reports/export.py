@@ -20,12 +20,12 @@ import numpy as np
 from ablate.files import write_files
 from ablate.scaling.analysis import APPROACH3, FitReport
 from ablate.scaling.backtest import Backtest
-from ablate.scaling.bootstrap import Estimate
-from ablate.scaling.chinchilla import Approach3Fit, law_text
-from ablate.scaling.frontier import Frontier, FrontierFit
-from ablate.scaling.plots import render_plots
-from ablate.scaling.report import NOT_CONVERGED, decade_frontier, fit_markdown
-from ablate.scaling.single import SingleLawFit
+from ablate.scaling.fitting.bootstrap import Estimate
+from ablate.scaling.laws.chinchilla import Approach3Fit, law_text
+from ablate.scaling.laws.frontier import Frontier, FrontierFit
+from ablate.scaling.laws.single import SingleLawFit
+from ablate.scaling.reports.plots import render_plots
+from ablate.scaling.reports.report import NOT_CONVERGED, decade_frontier, fit_markdown
 from ablate.scaling.verdict import NOT_DETERMINED, Verdict
 
 SCHEMA = "ablate.fit/2"

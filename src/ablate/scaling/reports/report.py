@@ -10,9 +10,9 @@ import math
 import numpy as np
 
 from ablate.scaling.analysis import APPROACH3, FitReport
-from ablate.scaling.bootstrap import Estimate
-from ablate.scaling.chinchilla import law_text
-from ablate.scaling.frontier import Frontier, FrontierFit
+from ablate.scaling.fitting.bootstrap import Estimate
+from ablate.scaling.laws.chinchilla import law_text
+from ablate.scaling.laws.frontier import Frontier, FrontierFit
 from ablate.scaling.predict import Prediction, SuggestedRun, frontier
 from ablate.scaling.verdict import NOT_DETERMINED, Verdict
 

@@ -33,7 +33,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ablate.scaling.optimizer import LseHuber, _sigmoid
+from ablate.scaling.fitting.optimizer import LseHuber, _sigmoid
 from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN
 
 FORMULA = "L(N, D) = E + [(N_c / N)^(alpha_N / alpha_D) + D_c / D]^alpha_D"

@@ -16,10 +16,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ablate.scaling.bootstrap import DEFAULT_BOOT, Bootstrap, Estimate, estimate, fit_lse
-from ablate.scaling.joint import JointLseHuber, KaplanLaw, joint_grid
-from ablate.scaling.multistart import Diagnostics, Tolerances, hoffmann_grid
-from ablate.scaling.optimizer import HUBER_DELTA, LseHuber
+from ablate.scaling.fitting.bootstrap import DEFAULT_BOOT, Bootstrap, Estimate, estimate, fit_lse
+from ablate.scaling.fitting.multistart import Diagnostics, Tolerances, hoffmann_grid
+from ablate.scaling.fitting.optimizer import HUBER_DELTA, LseHuber
+from ablate.scaling.laws.joint import JointLseHuber, KaplanLaw, joint_grid
 from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN, FitInputError, Points, require_count, require_distinct
 
 
