@@ -14,6 +14,7 @@ from typing import NoReturn
 from ablate.config import BUDGET_KEYS, CONF_DIR, CONF_MODULE, CONF_PATH, ConfigError, group_options, parse_run
 from ablate.files import check_writable_dir
 from ablate.host import interrupting_signal
+from ablate.run.lock import EXIT_BUSY, Busy, sweep_lock
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -52,6 +53,9 @@ def hydra_main(
         if os.environ.get("HYDRA_FULL_ERROR") or any(a in _PRINT_ONLY for a in argv):
             return _hydra_itself(task, config_name, args)
         return run_app(task, config_name, args, setup)
+    except Busy as exc:  # another launch is running this sweep now
+        print(f"busy: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_BUSY) from None
     except KeyboardInterrupt as exc:
         # The run (or each run of a sweep) has recorded itself KILLED and kept its checkpoint; a
         # launcher that stopped its jobs says how many in the exception (sweep/launch/process.py).
@@ -182,6 +186,7 @@ def _multirun(hydra, cfg, config_name: str, task: Callable):
 
     check_sweep(cfg)
     callbacks = Callbacks(cfg)
+    lock = claim_sweep(cfg)
 
     def sweep():
         callbacks.on_multirun_start(config=cfg, config_name=config_name)
@@ -193,8 +198,20 @@ def _multirun(hydra, cfg, config_name: str, task: Callable):
         sweeper.sweep(arguments=OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False))
         callbacks.on_multirun_end(config=cfg, config_name=config_name)
 
-    run_and_report(sweep)
+    try:
+        run_and_report(sweep)
+    finally:
+        lock.release()
     return callbacks
+
+
+def claim_sweep(cfg):
+    """The sweep's folder claimed for this launch before anything is written there (run/lock.py):
+    Busy, one line naming the launch that holds it, when another does."""
+    from hydra.core.hydra_config import HydraConfig
+
+    HydraConfig.instance().set_config(cfg)  # hydra.sweep.dir may interpolate ${hydra:...}
+    return sweep_lock(str(cfg.hydra.sweep.dir)).acquire()
 
 
 # Groups a training run takes beyond its defaults list: +sweep=NAME, and Hydra's launchers and sweeper.

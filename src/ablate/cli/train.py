@@ -13,15 +13,13 @@ from ablate.cli.common import fail, hydra_main, hydra_node, resolved_task
 from ablate.config import ConfigError, UnsupportedError, parse_run
 from ablate.files import check_writable_dir, write_json
 from ablate.host import interrupting_signal
+from ablate.run.lock import EXIT_BUSY
 from ablate.search.trial import trial_hook
 from ablate.sweep import callback
 from ablate.sweep.context import PROGRESS_FILE, job_context
 from ablate.tracking import agent as tracking_agent
 from ablate.tracking.store import check_store
 
-# A second launch of a run that another launch is training now (run/lock.py): sysexits' EX_TEMPFAIL,
-# "try again later".
-EXIT_BUSY = 75
 SUMMARY = (
     "One training run, or a sweep with +sweep=NAME or --multirun "
     "(the default command: `ablate ARGS` is `ablate train ARGS`)."

@@ -17,6 +17,10 @@ host is gone, is taken over.
 
 Either way the file names its owner (host, pid, since when, and the MLflow run once there is one).
 
+A sweep is claimed the same way, in its own folder (SWEEP_DIR/sweep.lock, sweep_lock), by the
+process that launches it, from before it writes anything there until its summary: a second launch
+into that folder would replace the first's sweep.json and parent run, and number its jobs over them.
+
 The same lock is also taken where the run's record is, so that two launches with different state
 dirs cannot both write one run: for a store in a file (sqlite), DB_FOLDER/.DB_NAME.claims/<hash>
 (store_claim). A tracking server has no folder to lock; there the run's owner tag names the live
@@ -40,6 +44,9 @@ from ablate.tracking.store import sqlite_path
 
 LOCK_FILE = "run.lock"
 LEASE_FILE = "run.lease"
+# sysexits' EX_TEMPFAIL, "try again later": the exit status of a launch that finds its run or its
+# sweep held by another.
+EXIT_BUSY = 75
 MODE_ENV = "ABLATE_RUN_LOCK"  # "flock" (default) or "lease"
 HEARTBEAT_S = 10.0
 STALE_S = 60.0
@@ -82,12 +89,19 @@ class Owner:
 
 
 class Busy(Exception):
-    """Another launch holds the run: one line naming the run and its owner."""
+    """Another launch holds the run (or the sweep): one line naming it and its owner."""
 
-    def __init__(self, directory: Path, owner: Owner | None):
+    def __init__(self, directory: Path, owner: Owner | None, what: str = "run"):
         self.directory, self.owner = directory, owner
         who = owner.describe() if owner else "another process (its owner file is unreadable)"
-        super().__init__(f"run {directory.name} is already being trained by {who}; this launch leaves it alone")
+        if what == "sweep":
+            message = (
+                f"sweep {directory} is already being run by {who}; this launch leaves it alone "
+                "(wait for it to end, or launch into another hydra.sweep.dir)"
+            )
+        else:
+            message = f"run {directory.name} is already being trained by {who}; this launch leaves it alone"
+        super().__init__(message)
 
 
 # Locks this process holds, by directory: a second acquire in the same process must not open and
@@ -98,21 +112,30 @@ _HELD: dict[str, RunLock] = {}
 class RunLock:
     """Held from `acquire` to `release`; `acquire` raises Busy when another launch holds it."""
 
-    def __init__(self, directory: Path, mode: str | None = None):
+    def __init__(self, directory: Path, mode: str | None = None, what: str = "run"):
         self.directory = Path(directory)
         self.mode = mode or os.environ.get(MODE_ENV, "flock")
+        self.what = what  # "run": STATE_DIR/<hash>/run.lock; "sweep": SWEEP_DIR/sweep.lock
         self.owner = Owner.me()
         self._fd: int | None = None
         self._beat: threading.Event | None = None
 
     @property
     def path(self) -> Path:
-        return self.directory / (LEASE_FILE if self.mode == "lease" else LOCK_FILE)
+        return self.directory / (self._lease_file if self.mode == "lease" else self._lock_file)
+
+    @property
+    def _lock_file(self) -> str:
+        return f"{self.what}.lock"  # LOCK_FILE for a run
+
+    @property
+    def _lease_file(self) -> str:
+        return f"{self.what}.lease"  # LEASE_FILE for a run
 
     def acquire(self) -> RunLock:
         key = str(self.directory.resolve())
         if key in _HELD:
-            raise Busy(self.directory, _HELD[key].owner)
+            raise Busy(self.directory, _HELD[key].owner, self.what)
         self.directory.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + WATCHDOG_WAIT_S
         while True:
@@ -133,20 +156,20 @@ class RunLock:
             self._lease()
 
     def _flock(self) -> bool:
-        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.directory / self._lock_file, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
             if exc.errno in NO_LOCKS:
                 return False
-            raise Busy(self.directory, Owner.read(self.directory / LOCK_FILE)) from None
+            raise Busy(self.directory, Owner.read(self.directory / self._lock_file), self.what) from None
         self._fd = fd
         self._write_owner()
         return True
 
     def _lease(self) -> None:
-        path = self.directory / LEASE_FILE
+        path = self.directory / self._lease_file
         for _ in range(2):
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -157,18 +180,19 @@ class RunLock:
             except FileExistsError:
                 holder = Owner.read(path)
                 if not _stale(path, holder):
-                    raise Busy(self.directory, holder) from None
+                    raise Busy(self.directory, holder, self.what) from None
                 # Move the stale lease aside: of several launches racing here, one rename succeeds.
+                aside = path.with_name(f"{path.name}.stale.{os.getpid()}")
                 try:
-                    os.rename(path, path.with_name(f"{LEASE_FILE}.stale.{os.getpid()}"))
-                    path.with_name(f"{LEASE_FILE}.stale.{os.getpid()}").unlink()
+                    os.rename(path, aside)
+                    aside.unlink()
                 except FileNotFoundError:
                     pass
-        raise Busy(self.directory, Owner.read(path))
+        raise Busy(self.directory, Owner.read(path), self.what)
 
     def _start_heartbeat(self) -> None:
         stop = threading.Event()
-        path = self.directory / LEASE_FILE
+        path = self.directory / self._lease_file
 
         def beat() -> None:
             while not stop.wait(HEARTBEAT_S):
@@ -250,6 +274,11 @@ def holder(directory: Path) -> Owner | None:
         return exc.owner or Owner("?", 0, 0.0)
     probe.release()
     return None
+
+
+def sweep_lock(sweep_dir: Path | str) -> RunLock:
+    """The claim on a sweep's folder, held by the process that launches it (acquire raises Busy)."""
+    return RunLock(sweep_dir, what="sweep")
 
 
 def store_claim(uri: str, config_hash: str) -> RunLock | None:
