@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 
 from ablate.config import ConfigError
-from ablate.files import WriteError, inside, output_dir, within, write_files
+from ablate.files import (
+    WriteError,
+    check_file_slots,
+    disk_errors,
+    inside,
+    output_dir,
+    staged_folder,
+    within,
+    write_files,
+)
 
 
 def test_a_set_that_cannot_be_written_leaves_every_file_as_it_was(tmp_path):
@@ -27,6 +38,48 @@ def test_a_folder_where_an_output_file_belongs_is_refused_before_anything_is_wri
 def test_a_set_is_written_whole(tmp_path):
     paths = write_files({tmp_path / "x" / "a": b"1", tmp_path / "b": b"2"})
     assert [p.read_bytes() for p in paths] == [b"1", b"2"]
+
+
+def test_a_staged_folder_appears_whole(tmp_path):
+    with staged_folder(tmp_path / "tok", last="meta.json") as stage:
+        (stage / "train.bin").write_bytes(b"12")
+        (stage / "meta.json").write_text("{}")
+        assert not (tmp_path / "tok" / "train.bin").exists()  # nothing in place until all are complete
+    assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == ["meta.json", "train.bin"]
+
+
+@pytest.mark.parametrize("existed", [True, False])
+def test_a_staged_folder_that_fails_leaves_the_folder_as_it_was(tmp_path, existed):
+    folder = tmp_path / "tok"
+    if existed:
+        folder.mkdir()
+        (folder / "old.bin").write_bytes(b"old")
+    with pytest.raises(WriteError, match=r"data.cache_dir: cannot write .*tok \(No space left on device\)"):
+        with staged_folder(folder, last="meta.json", key="data.cache_dir") as stage:
+            (stage / "train.bin").write_bytes(b"12")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert (sorted(p.name for p in folder.iterdir()) == ["old.bin"]) if existed else not folder.exists()
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EDQUOT])
+def test_a_disk_that_refuses_a_write_is_one_line(tmp_path, code):
+    with pytest.raises(WriteError, match="nothing of this output was written"):
+        with disk_errors(tmp_path / "plan.json"):
+            raise OSError(code, "refused")
+
+
+def test_an_error_that_is_not_the_disk_stays_what_it_is(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        with disk_errors(tmp_path / "plan.json"):
+            raise FileNotFoundError(errno.ENOENT, "no such file")
+
+
+def test_a_folder_where_a_file_will_be_written_is_refused(tmp_path):
+    (tmp_path / "train.log").write_text("a log")  # a file from an earlier launch is fine
+    check_file_slots(tmp_path, ["train.log", "result.json"], "hydra.run.dir")
+    (tmp_path / "result.json").mkdir()
+    with pytest.raises(ConfigError, match="result.json is a folder where a file belongs"):
+        check_file_slots(tmp_path, ["train.log", "result.json"], "hydra.run.dir")
 
 
 @pytest.mark.parametrize("name", ["../../x", "..", "/etc/passwd", "a/../../b", ".hidden"])

@@ -211,11 +211,30 @@ BAD_INPUT = [
     ("ui", ["--host", ""], "--host '' is not an IP address"),
     ("ui", ["--host", "not-a-host"], "--host 'not-a-host' is not an IP address"),
     ("ui", ["--host", "0.0.0.0"], "--public"),
+    # numbers past what a loop, a formula or a machine holds, and state that is not what it should be
+    (TRAIN, ["train.grad_accum=1e9"], "sequences per step is too many"),
+    (TRAIN, ["train.steps=1e15"], "past what a float counts exactly"),
+    (TRAIN, ["optim=muon", "optim.muon_ns_steps=1000"], "optim.muon_ns_steps=1000 is too large"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "hardware.price_per_hour=1e300"], "price_per_hour=1e+300"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "hardware.memory_gb=1e12"], "hardware.memory_gb=1e+12"),
+    ("sample", ["run=DIR", "temperature=1e-320"], "is too small to divide fp32 logits"),
+    ("sample", ["run=DIR", "bandwidth_gbs=1e9"], "bandwidth_gbs=1e+09 is too large"),
+    ("jobs", ["BADJOBS"], "jobs.json is not a record of this sweep"),
+    (TRAIN, ["hydra.run.dir=RESULTDIR"], "result.json is a folder where a file belongs"),
+    (TRAIN, ["hydra.run.dir=LOGDIR"], "train.log is a folder where a file belongs"),
+    (TRAIN, ["--multirun", "train.steps=5,6", "hydra.sweep.dir=SUMMARYDIR"], "summary.json is a folder where"),
 ]
 CSV_OK = "params,tokens,loss\n" + "".join(
     f"{n:g},{d:g},{2 + 1e3 / n**0.3 + 1e3 / d**0.3:.4f}\n" for n in (1e6, 4e6, 1.6e7) for d in (1e8, 4e8)
 )
 
+# Two arms of one ladder, as `ablate compare points=... arm=arm` reads them.
+CSV_ARMS = "params,tokens,loss,flops,arm\n" + "".join(
+    f"{n:g},{d:g},{2 + k * 1e3 / n**0.3 + 1e3 / d**0.3:.4f},{6 * n * d:g},{arm}\n"
+    for arm, k in (("a", 1.0), ("b", 0.9))
+    for n in (1e6, 4e6, 1.6e7)
+    for d in (1e8, 4e8)
+)
 
 FIT_LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 FIT_DATA = {"N": {"min": 1e6, "max": 1e8}, "D": {"min": 1e8, "max": 1e10}, "C": {"min": 1e15, "max": 1e18}}
@@ -273,6 +292,12 @@ INPUTS = {
     "IDSPASTVOCAB": lambda p: _prepared_dir(p / "ids", top_id=150),
     "BADDTYPE": lambda p: _prepared_dir(p / "dtype", dtype="float32"),
     "BROKENMETA": lambda p: _prepared_dir(p / "meta") or (p / "meta" / "meta.json").write_text("{"),
+    "BADJOBS": lambda p: (p / "badjobs").mkdir() or (p / "badjobs" / "jobs.json").write_text("[3]"),
+    "RESULTDIR": lambda p: (p / "rundir" / "result.json").mkdir(parents=True),
+    "LOGDIR": lambda p: (p / "logdir" / "train.log").mkdir(parents=True),
+    "SUMMARYDIR": lambda p: (p / "sweepdir" / "summary.json").mkdir(parents=True),
+    "ARMS": lambda p: (p / "arms.csv").write_text(CSV_ARMS),
+    "FITOK": lambda p: _fit_json(p / "fitok.json"),
     "MISSING": lambda p: None,
     # a store that has an experiment, but not the one asked for
     "STORE": lambda p: MlflowClient(f"sqlite:///{p / 'store.db'}").create_experiment("scaling"),
@@ -284,6 +309,8 @@ INPUT_NAMES = {
     "TOKENS": "tokens.bin", "BADIDS": "badids.bin", "DIR": "somedir", "MISSING": "missing", "STORE": "store.db",
     "RAGGED": "ragged.csv", "NEGALPHA": "negalpha.json", "BADRANGE": "badrange.json", "WRONGTYPES": "wrongtypes.json",
     "BROKENRUN": "run", "SHORTSPLIT": "short", "IDSPASTVOCAB": "ids", "BADDTYPE": "dtype", "BROKENMETA": "meta",
+    "BADJOBS": "badjobs", "RESULTDIR": "rundir", "LOGDIR": "logdir", "SUMMARYDIR": "sweepdir", "ARMS": "arms.csv",
+    "FITOK": "fitok.json",
 }  # fmt: skip
 PLACEHOLDER = re.compile(r"\b(" + "|".join(sorted(INPUTS, key=len, reverse=True)) + r")\b")
 
@@ -788,14 +815,19 @@ def test_out_of_memory_is_a_failed_run_and_the_sweep_goes_on(request, workdir):
     reliability.record(request, f"exit 1; gpt2_124m FAILED with reason `{reason[:90]}`; nano FINISHED")
 
 
-@pytest.fixture
-def tiny_disk(tmp_path, require_service):
+def _tmpfs(tmp_path: Path, require_service, options: str):
+    """A tmpfs of its own at tmp_path/disk (mount options `options`), unmounted afterwards."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mount)], capture_output=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True)
     require_service(done.returncode == 0, f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     yield mount
     subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path, require_service):
+    yield from _tmpfs(tmp_path, require_service, "size=128k")
 
 
 @pytest.mark.slow
@@ -1009,22 +1041,105 @@ def _fill(disk: Path) -> None:
         pass
 
 
+@pytest.fixture
+def read_only_disk(tmp_path, require_service):
+    yield from _tmpfs(tmp_path, require_service, "size=1m,ro")
+
+
+# The runs of this section: a few steps of nano on the small language (OUT is the folder on the disk).
+SHORT_RUN = ["model=nano", "train.steps=5", "train.progress=false", *SMALL_DATA]
+# (command, its arguments with OUT for the output on the bad disk): every command that writes a file.
+DISK_WRITERS = {
+    "plan": ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "out=OUT"]),
+    "fit": ("fit", ["points=OK", "n_boot=10", "held_out=0", "out=OUT"]),
+    "backtest": ("backtest", ["points=OK", "n_boot=10", "out=OUT"]),
+    "compare": ("compare", ["points=ARMS", "arm=arm", "baseline=a", "n_boot=10", "out=OUT"]),
+    "prepare": ("prepare", ["paths=stdlib", "max_bytes=200000", "vocab_size=300", "progress=false", "out=OUT"]),
+    "predict": ("predict", ["fit=FITOK", "out=OUT/prediction.json", *SHORT_RUN]),
+    "train (its run folder)": (TRAIN, [*SHORT_RUN, "hydra.run.dir=OUT"]),
+    "train (its BPE cache)": (
+        TRAIN,
+        [
+            *SHORT_RUN[:3],
+            "data=text",
+            "data.max_bytes=200000",
+            "data.tokenizer=bpe",
+            "data.vocab_size=300",
+            "data.cache_dir=OUT",
+        ],
+    ),  # fmt: skip
+    "a sweep (its folder)": (TRAIN, ["--multirun", *SHORT_RUN, "train.steps=5,6", "hydra.sweep.dir=OUT"]),
+}
+DISK_SAYS = {"full": "No space left on device", "read-only": "Read-only file system"}
+
+
 @pytest.mark.slow
-@pytest.mark.ledger("fault", "`ablate {command}` with out= on a full filesystem")
-@pytest.mark.parametrize(
-    "command, args",
-    [("plan", ["model=gpt_1p5b", "budget.tokens=1e11"]), ("fit", ["points=OK", "n_boot=10", "held_out=0"])],
-)
-def test_outputs_on_a_full_disk_are_whole_or_absent(cli, request, tmp_path, tiny_disk, command, args):
-    _fill(tiny_disk)
-    out = tiny_disk / "out"
-    proc = cli([*_materialize(args, tmp_path), f"out={out}"], tmp_path, command=command)
+@pytest.mark.ledger("fault", "`ablate {what}` writing on a {disk} filesystem")
+@pytest.mark.parametrize("disk", ["full", "read-only"])
+@pytest.mark.parametrize("what", list(DISK_WRITERS))
+def test_outputs_on_a_full_or_read_only_disk_are_whole_or_absent(cli, request, tmp_path, disk, what):
+    mount = request.getfixturevalue("tiny_disk" if disk == "full" else "read_only_disk")
+    if disk == "full":
+        _fill(mount)
+    command, args = DISK_WRITERS[what]
+    out = mount / "out"
+    full = [a.replace("OUT", str(out)) for a in _materialize(args, tmp_path)]
+    proc = cli(full, tmp_path, command=command)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
-    assert len(lines) == 1 and "nothing of this output was written" in lines[0], proc.stderr
-    left = sorted(p.name for p in out.rglob("*")) if out.exists() else []
+    assert len(lines) == 1 and lines[0].startswith("error: ") and DISK_SAYS[disk] in lines[0], proc.stderr
+    left = sorted(str(p.relative_to(mount)) for p in mount.rglob("*") if p.name != "filler")
     assert left == [], left
-    reliability.record(request, f"exit 2: {lines[0][:150]}; no file of the output (and no temporary) left")
+    assert statuses(tmp_path / "mlflow.db") == []  # refused before any MLflow run exists
+    reliability.record(request, f"exit 2: {lines[0][:150]}; nothing of the output on the disk; no MLflow run")
+
+
+@pytest.fixture(scope="module")
+def sampled_run(cli, tmp_path_factory) -> Path:
+    """A finished 5-step run (its folder `run` and state dir) that `ablate sample` reads."""
+    cwd = tmp_path_factory.mktemp("sampled")
+    proc = cli([*SHORT_RUN, "hydra.run.dir=run"], cwd)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return cwd
+
+
+def _one_state(cwd: Path) -> Path:
+    (state,) = [d for d in (cwd / ".ablate" / "state").iterdir() if (d / "checkpoint.pt").exists()]
+    return state
+
+
+# What is done to a trained run before `ablate sample` reads it -> the words its one line must hold.
+SAMPLE_STATE = {
+    "checkpoint.pt cut to 1,000 bytes": (lambda c: os.truncate(_one_state(c) / "checkpoint.pt", 1000), "does not load"),
+    "checkpoint.pt of random bytes": (
+        lambda c: (_one_state(c) / "checkpoint.pt").write_bytes(random.Random(0).randbytes(5000)),
+        "does not load",
+    ),
+    ".hydra/config.yaml that is not YAML": (
+        lambda c: (c / "run" / ".hydra" / "config.yaml").write_text("model: [\n"),
+        "cannot be read as a run's config",
+    ),
+    "result.json that holds a list": (
+        lambda c: (c / "run" / "result.json").write_text("[1, 2]"),
+        "is not a run's result",
+    ),
+}
+
+
+@pytest.mark.ledger("fault", "a finished run with {name}, then `ablate sample`")
+@pytest.mark.parametrize("name", list(SAMPLE_STATE))
+def test_a_run_in_a_bad_state_is_refused_by_sample_in_one_line(cli, request, tmp_path, sampled_run, name):
+    cwd = tmp_path / "copy"
+    shutil.copytree(sampled_run, cwd)
+    damage, words = SAMPLE_STATE[name]
+    damage(cwd)
+    before = _snapshot(cwd)
+    proc = cli(["run=run", "state_dir=.ablate/state", "tokens=4"], cwd, command="sample")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], proc.stderr
+    assert _snapshot(cwd) == before  # the run left as it was: no sample.json, nothing moved
+    reliability.record(request, f"exit 2: {lines[0][:150]}; the run's files left as they were")
 
 
 @pytest.mark.ledger("fault", "{name} where a run's checkpoint belongs, then launch")

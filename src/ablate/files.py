@@ -8,9 +8,12 @@ fsync it, then os.replace it over the target (atomic within one POSIX filesystem
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +29,35 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+# What a disk says when it cannot take a file: full, over quota, read-only, past the largest file.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+class WriteError(ConfigError):
+    """A command's output could not be written (a full or read-only disk); its message is one line
+    that says nothing of the set was written."""
+
+
+def write_error(exc: OSError, path: Path, key: str = "out") -> WriteError:
+    """The one line for a disk that refused `path`: which file, why, and that none of it stayed."""
+    return WriteError(
+        f"{key}: cannot write {path} ({exc.strerror or exc}); nothing of this output was written "
+        "(valid: a folder you can write on a disk with room)"
+    )
+
+
+@contextmanager
+def disk_errors(path: Path, key: str = "out") -> Iterator[None]:
+    """A full or read-only disk met while writing `path` becomes WriteError (one line); any other
+    OSError (a file that is not there, a permission) stays what it is."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in DISK_ERRNOS:
+            raise write_error(exc, path, key) from None
+        raise
+
+
 @contextmanager
 def replacing(path: Path, durable: bool = False, previous: Path | None = None) -> Iterator[Path]:
     """Write to the yielded temporary path; on success it replaces `path` in one rename, on any
@@ -37,20 +69,51 @@ def replacing(path: Path, durable: bool = False, previous: Path | None = None) -
     files (old and new) exist at every moment but between the two renames, when `previous` is one.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_path(path)
     try:
-        yield tmp
-        if durable:
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-        if previous is not None and path.exists():
-            os.replace(path, previous)
-        os.replace(tmp, path)
-        if durable:
-            _fsync_dir(path.parent)
+        with disk_errors(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            yield tmp
+            _place(tmp, path, durable, previous)
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only disk refuses even this unlink of nothing
+            tmp.unlink(missing_ok=True)
+
+
+def _place(tmp: Path, path: Path, durable: bool, previous: Path | None) -> None:
+    if durable:
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+    if previous is not None and path.exists():
+        os.replace(path, previous)
+    os.replace(tmp, path)
+    if durable:
+        _fsync_dir(path.parent)
+
+
+@contextmanager
+def staged_folder(folder: Path, last: str, key: str = "out") -> Iterator[Path]:
+    """Files written piece by piece into `folder` as one output (token files and their meta.json):
+    each is written into the yielded hidden staging folder inside it, and only once every one is
+    complete are they renamed into `folder`, `last` (the file that says the folder is finished)
+    after the others. The renames need no room; a full or read-only disk, or any error, removes the
+    staging folder and leaves `folder` as it was (WriteError, one line, for a disk)."""
+    folder = Path(folder)
+    made = not folder.exists()
+    stage = folder / f".staging.{os.getpid()}.tmp"
+    try:
+        with disk_errors(folder, key):
+            stage.mkdir(parents=True)
+            yield stage
+            names = sorted(p.name for p in stage.iterdir())
+            for name in sorted(names, key=lambda n: n == last):
+                os.replace(stage / name, folder / name)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if made:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    stage.rmdir()
 
 
 def write_bytes(
@@ -71,11 +134,6 @@ def write_bytes(
     return Path(path)
 
 
-class WriteError(ConfigError):
-    """A command's output could not be written (a full or read-only disk); its message is one line
-    that says nothing of the set was written."""
-
-
 def write_files(files: dict[Path, bytes], key: str = "out") -> list[Path]:
     """Every file of one command's output, written as a set: each to a temporary sibling first, and
     only when all of them are complete renamed into place, so a full or read-only disk leaves every
@@ -94,10 +152,7 @@ def write_files(files: dict[Path, bytes], key: str = "out") -> list[Path]:
     except OSError as exc:
         for tmp in written:
             tmp.unlink(missing_ok=True)
-        raise WriteError(
-            f"{key}: cannot write {path} ({exc.strerror or exc}); nothing of this output was written "
-            "(valid: a folder you can write on a disk with room)"
-        ) from None
+        raise write_error(exc, path, key) from None
     for path in files:
         os.replace(temporary_path(Path(path)), path)
     return [Path(p) for p in files]
@@ -152,6 +207,9 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+PROBE_BYTES = 64 * 1024
+
+
 def check_writable_dir(path, key: str) -> Path:
     """`path` is a directory this process can write, or can create (its nearest existing ancestor is
     a writable directory); checked without creating anything. ConfigError (one line) otherwise."""
@@ -167,12 +225,27 @@ def check_writable_dir(path, key: str) -> Path:
         where = "" if probe == path else f" ({probe} is a file)"
         raise ConfigError(f"{key}={str(path)!r} is not a directory{where} (valid: a directory path)")
     try:  # os.access says yes to root on a read-only mount: ask the filesystem (an unnamed file)
-        with tempfile.TemporaryFile(dir=probe):
-            pass
+        with tempfile.TemporaryFile(dir=probe) as f:
+            # Room for the small files a command writes first (a run's config and log, a result):
+            # a full disk takes an empty file but not these bytes.
+            f.write(bytes(PROBE_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
     except OSError as exc:
         where = "" if probe == path else f" ({probe}: {exc.strerror})"
         raise ConfigError(f"{key}={str(path)!r} cannot be written{where} (valid: a directory you can write)") from None
     return path
+
+
+def check_file_slots(folder, names, key: str) -> None:
+    """Each of `names` under `folder` (the files a command will write there) is a file or absent: a
+    folder or a socket where one belongs would make that write fail after the work is done.
+    ConfigError (one line) otherwise; checked before anything is created."""
+    for name in names:
+        path = Path(folder) / name
+        if path.exists() and not path.is_file():
+            kind = "a folder" if path.is_dir() else "not a regular file"
+            raise ConfigError(f"{key}: {path} is {kind} where a file belongs (valid: remove it, or another {key})")
 
 
 def safe_name(text: str) -> str:

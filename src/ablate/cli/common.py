@@ -9,12 +9,14 @@ import signal
 import sys
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import NoReturn
 
 from ablate.config import BUDGET_KEYS, CONF_DIR, CONF_MODULE, CONF_PATH, ConfigError, group_options, parse_run
-from ablate.files import check_writable_dir
+from ablate.files import check_file_slots, check_writable_dir, disk_errors
 from ablate.host import interrupting_signal
 from ablate.run.lock import EXIT_BUSY, Busy, sweep_lock
+from ablate.sweep.summary import OUTPUT_FILES
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -161,15 +163,20 @@ def _run(hydra, cfg, config_name: str, task: Callable, setup: Callable | None) -
             callbacks.on_run_start(config=cfg, config_name=config_name)
 
             def run():
-                ret = run_job(
-                    hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
-                    task_function=partial(task, **task_kwargs),
-                    config=cfg,
-                    job_dir_key="hydra.run.dir",
-                    job_subdir_key=None,
-                )
+                # Hydra's own files of the run (.hydra/, the log) on a disk that takes none: one line
+                with disk_errors(Path(cfg.hydra.run.dir), "hydra.run.dir"):
+                    ret = run_job(
+                        hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
+                        task_function=partial(task, **task_kwargs),
+                        config=cfg,
+                        job_dir_key="hydra.run.dir",
+                        job_subdir_key=None,
+                    )
                 callbacks.on_run_end(config=cfg, config_name=config_name, job_return=ret)
-                return ret.return_value  # raises what the task raised
+                try:
+                    return ret.return_value  # raises what the task raised
+                except ConfigError as exc:  # a task's output refused by its disk (files.WriteError), ...
+                    fail(str(exc))
 
             run_and_report(run)
     except ConfigError as exc:
@@ -302,7 +309,9 @@ def check_sweep(cfg) -> None:
     will write to. The rest is checked where Hydra builds it, before anything exists: the launcher's
     and the sweeper's settings by their plugins, every job by the plan (hydra_plugins/ablate_sweeper)."""
     try:
-        check_writable_dir(hydra_node(cfg, "sweep.dir"), "hydra.sweep.dir")
+        sweep_dir = hydra_node(cfg, "sweep.dir")
+        check_writable_dir(sweep_dir, "hydra.sweep.dir")
+        check_file_slots(sweep_dir, OUTPUT_FILES, "hydra.sweep.dir")  # written at its end, after every run
     except ConfigError as exc:
         fail(str(exc))
 

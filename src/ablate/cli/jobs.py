@@ -56,6 +56,34 @@ class JobRow:
     log: str
 
 
+JOB_KEYS = ("num", "job_id", "run_dir", "overrides", "log")  # each job of jobs.json, as the launcher writes it
+
+
+def check_records(sweep_dir: Path) -> None:
+    """jobs.json and driver.json, where present, are what the SLURM launcher and `ablate submit`
+    write: a garbage or hand-edited one is one line, not an empty table or a traceback."""
+    jobs, driver = _read(sweep_dir / JOBS_FILE), _read(sweep_dir / DRIVER_FILE)
+    if (sweep_dir / JOBS_FILE).exists() and not _is_jobs_record(jobs):
+        _refuse(sweep_dir / JOBS_FILE, "the jobs of each array: arrays, each with cluster and jobs")
+    if (sweep_dir / DRIVER_FILE).exists() and not (isinstance(driver, dict) and {"job_id", "log"} <= driver.keys()):
+        _refuse(sweep_dir / DRIVER_FILE, "the driver job that `ablate submit` submitted: job_id and log")
+
+
+def _is_jobs_record(doc) -> bool:
+    arrays = doc.get("arrays") if isinstance(doc, dict) else None
+    return isinstance(arrays, list) and all(
+        isinstance(a, dict)
+        and "cluster" in a
+        and isinstance(a.get("jobs"), list)
+        and all(isinstance(j, dict) and set(JOB_KEYS) <= j.keys() for j in a["jobs"])
+        for a in arrays
+    )
+
+
+def _refuse(path: Path, holds: str) -> None:
+    fail(f"{path} is not a record of this sweep (not JSON, or not the keys written there) (valid: a file of {holds})")
+
+
 def sweep_rows(sweep_dir: Path) -> list[JobRow]:
     driver = _read(sweep_dir / DRIVER_FILE)
     record = _read(sweep_dir / JOBS_FILE) or {"arrays": []}
@@ -180,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             f"sweep dir {sweep_dir or './multirun/*/*'} has no {JOBS_FILE} or {DRIVER_FILE} "
             "(valid: a sweep launched with hydra/launcher=slurm or submitted with python -m ablate submit)"
         )
+    check_records(sweep_dir)
     rows = sweep_rows(sweep_dir)
     while args.wait and (active(rows) or _driver_starting(sweep_dir, rows)):
         time.sleep(args.poll_s)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ablate.cli.common import compose_run, fail
 from ablate.config import ConfigError
+from ablate.files import check_writable_dir
 from ablate.run.result import RESULT_FILE, read_result
 
 EXAMPLE = (
@@ -69,6 +70,7 @@ def make(fit: Path, out: Path, overrides: list[str]) -> dict:
     from ablate.sweep import prediction
 
     prediction.check_new(out)
+    check_writable_dir(out.parent, "out")
     prepared = prepare(compose_run(overrides))
     doc = prediction.make_prediction(prepared, fit, overrides, out)
     prediction.write_prediction(doc, out)

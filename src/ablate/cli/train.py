@@ -11,15 +11,18 @@ from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main, hydra_node, resolved_task
 from ablate.config import ConfigError, UnsupportedError, parse_run
-from ablate.files import check_writable_dir, write_json
+from ablate.files import check_file_slots, check_writable_dir, write_json
 from ablate.host import interrupting_signal
 from ablate.run.lock import EXIT_BUSY
+from ablate.run.result import RESULT_FILE
 from ablate.search.trial import trial_hook
 from ablate.sweep import callback
 from ablate.sweep.context import PROGRESS_FILE, job_context
 from ablate.tracking import agent as tracking_agent
 from ablate.tracking.store import check_store
 
+# What Hydra writes in a run's folder before the task starts (its job log besides).
+HYDRA_FILES = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml")
 SUMMARY = (
     "One training run, or a sweep with +sweep=NAME or --multirun "
     "(the default command: `ablate ARGS` is `ablate train ARGS`)."
@@ -122,7 +125,9 @@ def one_run(cfg):
     tracking = run_cfg.tracking
     if tracking.backend == "mlflow":
         check_store(tracking.uri)
-    check_writable_dir(hydra_node(cfg, "run.dir"), "hydra.run.dir")
+    run_dir = hydra_node(cfg, "run.dir")
+    check_writable_dir(run_dir, "hydra.run.dir")
+    check_file_slots(run_dir, (RESULT_FILE, f"{hydra_node(cfg, 'job.name')}.log", *HYDRA_FILES), "hydra.run.dir")
     agent = tracking_agent.start(tracking.uri) if tracking.backend == "mlflow" else None
     try:
         from ablate.run import branches  # torch: only once the config parses

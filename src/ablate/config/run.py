@@ -24,6 +24,17 @@ from ablate.errors import ConfigError
 # An evaluation is this many forward passes, run again every eval_interval steps: beyond it one
 # evaluation outlasts a training run on this project's machines.
 MAX_EVAL_BATCHES = 10_000
+# Sequences per optimizer step (batch_size x grad_accum): each step draws this many start offsets
+# (8 bytes each) at once; 2^20 is ~500x GPT-3's 3.2M-token batch of 2048-token rows.
+MAX_SEQUENCES_PER_STEP = 2**20
+# torch.optim.Muon refuses ns_steps of 100 or more ("for computational efficiency"); Muon uses 5.
+MAX_MUON_NS_STEPS = 99
+# What one GPU can be: a price per hour past any rental, memory and bandwidth past any device
+# (an H200: 141 GB at 4.8 TB/s), FLOP/s past any chip (an H100's dense fp8: 2e15).
+MAX_PRICE_PER_HOUR = 1e4
+MAX_MEMORY_GB = 1e5
+MAX_BANDWIDTH_GBS = 1e5
+MAX_PEAK_FLOPS = 1e18
 # Longer than this between flushes is no batching but metrics held back for good (and beyond what a
 # timed wait accepts).
 MAX_FLUSH_INTERVAL_S = 3600.0
@@ -253,11 +264,16 @@ class HardwareConfig:
                 raise ConfigError(f"hardware.peak_flops has key {k!r} (valid: fp32, tf32, bf16, fp16, fp8)")
             if v is not None:
                 require_positive(f"hardware.peak_flops.{k}", v)
-        for key in ("memory_gb", "memory_bandwidth_gbs"):
+                require_at_most(f"hardware.peak_flops.{k}", v, MAX_PEAK_FLOPS, "FLOP/s per GPU")
+        bounds = (("memory_gb", MAX_MEMORY_GB, "GB"), ("memory_bandwidth_gbs", MAX_BANDWIDTH_GBS, "GB/s"))
+        for key, limit, unit in bounds:
             if getattr(self, key) is not None:
                 require_positive(f"hardware.{key}", getattr(self, key))
+                require_at_most(f"hardware.{key}", getattr(self, key), limit, unit)
         if self.price_per_hour is not None and self.price_per_hour < 0:
             raise ConfigError(f"hardware.price_per_hour={self.price_per_hour} is negative (valid: >= 0)")
+        if self.price_per_hour is not None:
+            require_at_most("hardware.price_per_hour", self.price_per_hour, MAX_PRICE_PER_HOUR, "dollars per GPU-hour")
         require_positive("hardware.gpus_per_node", self.gpus_per_node)
         if self.workers is not None:
             require_positive("hardware.workers", self.workers)
@@ -300,6 +316,7 @@ class OptimConfig:
         require_positive("optim.muon_lr", self.muon_lr)
         require_fraction("optim.muon_momentum", self.muon_momentum)
         require_positive("optim.muon_ns_steps", self.muon_ns_steps)
+        require_at_most("optim.muon_ns_steps", self.muon_ns_steps, MAX_MUON_NS_STEPS, "Newton-Schulz iterations")
         if self.muon_weight_decay < 0:
             raise ConfigError(f"optim.muon_weight_decay={self.muon_weight_decay} is negative (valid: >= 0)")
         require_fraction("optim.beta1", self.beta1)
@@ -384,6 +401,12 @@ class TrainConfig:
         for key in ("batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
             require_positive(f"train.{key}", getattr(self, key))
         require_at_most("train.eval_batches", self.eval_batches, MAX_EVAL_BATCHES, "batches per evaluation")
+        if self.sequences_per_step > MAX_SEQUENCES_PER_STEP:
+            raise ConfigError(
+                f"train.batch_size={self.batch_size} x train.grad_accum={self.grad_accum} = "
+                f"{self.sequences_per_step:.3g} sequences per step is too many "
+                f"(valid: at most {MAX_SEQUENCES_PER_STEP:,} sequences per optimizer step)"
+            )
         require_positive("train.flush_interval_s", self.flush_interval_s)
         require_at_most("train.flush_interval_s", self.flush_interval_s, MAX_FLUSH_INTERVAL_S, "seconds")
         if self.seed < 0:

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ablate.config.schema import build, require_positive
+from ablate.config.schema import build, require_at_most, require_positive
 from ablate.errors import ConfigError
 
 SAMPLE_DEVICES = ("auto", "cpu", "cuda")
 SAMPLE_DTYPES = ("fp32", "bf16", "fp16")
 MAX_SAMPLES = 1024  # sequences decoded side by side
+# logits / temperature in fp32: below this a logit of 1e3 (far past a trained model's) reaches 1e9,
+# still finite after the softmax subtracts the largest; at 1e-320 every logit is inf and the
+# draw's probabilities are NaN.
+MIN_TEMPERATURE = 1e-6
+# GB/s: past any memory there is (an H200's HBM3e reads 4.8 TB/s).
+MAX_BANDWIDTH_GBS = 1e5
 
 
 @dataclass
@@ -42,6 +48,11 @@ class SampleConfig:
             raise ConfigError(
                 f"temperature={self.temperature} is negative (valid: 0 for the most likely token, or > 0)"
             )
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ConfigError(
+                f"temperature={self.temperature:g} is too small to divide fp32 logits by (valid: 0 for the most "
+                f"likely token, or at least {MIN_TEMPERATURE:g})"
+            )
         if self.top_k is not None:
             require_positive("top_k", self.top_k)
         if self.seed < 0:
@@ -54,6 +65,7 @@ class SampleConfig:
             raise ConfigError(f"dtype={self.dtype} is unknown (valid: {', '.join(SAMPLE_DTYPES)}, or null)")
         if self.bandwidth_gbs is not None:
             require_positive("bandwidth_gbs", self.bandwidth_gbs)
+            require_at_most("bandwidth_gbs", self.bandwidth_gbs, MAX_BANDWIDTH_GBS, "GB/s")
 
 
 def parse_sample(tree: dict) -> SampleConfig:

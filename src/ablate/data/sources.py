@@ -18,6 +18,7 @@ import torch
 
 from ablate.config import ConfigError, DataConfig, SyntheticDataConfig, TextDataConfig, TokenDataConfig, as_dict
 from ablate.data.corpus import read_corpus
+from ablate.files import check_writable_dir, disk_errors
 
 
 @dataclass
@@ -165,13 +166,19 @@ def _bpe(cfg: TextDataConfig, corpus) -> TokenData:
 
     vocab = cfg.vocab_size or DEFAULT_BPE_VOCAB
     folder = Path(cfg.cache_dir).expanduser() / tokenizer.cache_key(corpus, cfg.val_fraction, vocab, cfg.val_split)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as lock:
+    if tokenizer.read_meta(folder) is None:  # to be prepared: a disk that cannot take it refused first
+        check_writable_dir(cfg.cache_dir, "data.cache_dir")
+    with disk_errors(folder, "data.cache_dir"):
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / ".lock", "w")
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         meta = tokenizer.read_meta(folder)
         if meta is None:
             print(f"data: training a {vocab}-token BPE tokenizer on {corpus.size:,} bytes -> {folder}", file=sys.stderr)
-            meta = tokenizer.prepare(corpus, folder, cfg.val_fraction, vocab_size=vocab, val_split=cfg.val_split)
+            meta = tokenizer.prepare(
+                corpus, folder, cfg.val_fraction, vocab_size=vocab, val_split=cfg.val_split, key="data.cache_dir"
+            )
     return _prepared(folder, meta, cfg.name)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ablate.config import ConfigError
 from ablate.data.corpus import Corpus, package_versions
-from ablate.files import replacing, write_json
+from ablate.files import staged_folder
 
 META = "meta.json"
 TOKENIZER = "tokenizer.json"
@@ -92,11 +92,14 @@ def prepare(
     tokenizer_file: Path | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     val_split: str = "tail",
+    key: str = "out",
 ) -> PreparedMeta:
     """Train (or load) the tokenizer, encode both splits into token files, record it all.
 
-    progress(phase, bytes_done, bytes_total) is called as the encoding goes. Every file appears
-    complete or not at all; meta.json is written last, so a folder with it is a finished one.
+    progress(phase, bytes_done, bytes_total) is called as the encoding goes. The files are written
+    in a staging folder and moved into `out_dir` together once all are complete, meta.json last (a
+    folder with it is a finished one): a full or read-only disk leaves none of them (WriteError,
+    one line naming `key`).
     """
     train, val = corpus.split(val_fraction, val_split)
     if tokenizer_file is not None:
@@ -110,40 +113,40 @@ def prepare(
     vocab = tok.get_vocab_size()
     dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    counts = {}
-    for split, chunks in (("train", train), ("val", val)):
-        counts[split] = encode_to_file(tok, chunks, out_dir / f"{split}.bin", dtype, progress, split)
-    if tokenizer_file is not None and Path(tokenizer_file).resolve() != (out_dir / TOKENIZER).resolve():
-        with replacing(out_dir / TOKENIZER) as tmp:
-            shutil.copyfile(tokenizer_file, tmp)
-    elif tokenizer_file is None:
-        with replacing(out_dir / TOKENIZER) as tmp:
-            tok.save(str(tmp))
-    val_bytes = sum(map(len, val))
-    meta = PreparedMeta(
-        vocab_size=vocab,
-        dtype=np.dtype(dtype).name,
-        train_tokens=counts["train"],
-        val_tokens=counts["val"],
-        train_bytes=sum(map(len, train)),
-        val_bytes=val_bytes,
-        bytes_per_token=val_bytes / counts["val"] if counts["val"] else 0.0,
-        tokenizer=source,
-        sources=[str(f) for f in corpus.files[:20]] + [f"... {len(corpus.files) - 20} more"] * (len(corpus.files) > 20),
-        fingerprint=corpus.fingerprint(),
-        packages=package_versions(corpus.files),
-    )
-    write_json(out_dir / META, meta.to_dict())
+    with staged_folder(out_dir, last=META, key=key) as stage:
+        counts = {}
+        for split, chunks in (("train", train), ("val", val)):
+            counts[split] = encode_to_file(tok, chunks, stage / f"{split}.bin", dtype, progress, split)
+        if tokenizer_file is not None and Path(tokenizer_file).resolve() != (out_dir / TOKENIZER).resolve():
+            shutil.copyfile(tokenizer_file, stage / TOKENIZER)
+        elif tokenizer_file is None:
+            tok.save(str(stage / TOKENIZER))
+        val_bytes = sum(map(len, val))
+        meta = PreparedMeta(
+            vocab_size=vocab,
+            dtype=np.dtype(dtype).name,
+            train_tokens=counts["train"],
+            val_tokens=counts["val"],
+            train_bytes=sum(map(len, train)),
+            val_bytes=val_bytes,
+            bytes_per_token=val_bytes / counts["val"] if counts["val"] else 0.0,
+            tokenizer=source,
+            sources=[str(f) for f in corpus.files[:20]]
+            + [f"... {len(corpus.files) - 20} more"] * (len(corpus.files) > 20),
+            fingerprint=corpus.fingerprint(),
+            packages=package_versions(corpus.files),
+        )
+        (stage / META).write_text(json.dumps(meta.to_dict(), indent=2) + "\n")
     return meta
 
 
 def encode_to_file(tok, chunks: list[bytes], path: Path, dtype, progress=None, phase: str = "") -> int:
-    """Encode `chunks` in batches and write the ids to `path` (atomically); returns the token count."""
+    """Encode `chunks` in batches and write the ids to `path` (a file in prepare's staging folder,
+    which makes the set atomic); returns the token count."""
     total = sum(map(len, chunks))
     done = 0
     count = 0
-    with replacing(path) as tmp, open(tmp, "wb") as f:
+    with open(path, "wb") as f:
         for batch in _batches(chunks, BATCH_BYTES):
             for enc in tok.encode_batch([_text(c) for c in batch], add_special_tokens=False):
                 ids = np.asarray(enc.ids, dtype=dtype)

@@ -388,6 +388,9 @@ def model_dtype(model) -> str:
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[next(model.parameters()).dtype]
 
 
+BANDWIDTH_GIVEN = "given"  # the source of a bandwidth the user gave
+
+
 def device_bandwidth(device: str, given_gbs: float | None = None) -> tuple[float, str]:
     """(bytes/s, where it comes from) of the memory a decode step on `device` streams from: the
     figure given, else a CUDA device's catalogue entry (conf/hardware), else this CPU's copy
@@ -395,7 +398,7 @@ def device_bandwidth(device: str, given_gbs: float | None = None) -> tuple[float
     from ablate.perf import roofline
 
     if given_gbs:
-        return given_gbs * 1e9, "given"
+        return given_gbs * 1e9, BANDWIDTH_GIVEN
     if device == "cpu":
         return roofline.measured_cpu_bandwidth(), "this CPU's copy benchmark"
     if device == "cuda":

@@ -90,7 +90,7 @@ def load_good(directory: Path, config_hash: str, check: Callable[[dict], str | N
             state = read(path)
             problem = _mismatch(state, config_hash) or (check(state) if check else None)
         except Exception as exc:  # torn zip, not a torch file, refused by weights_only, ...
-            problem = f"does not load ({type(exc).__name__}: {_first_sentence(str(exc))})"
+            problem = f"does not load ({type(exc).__name__}: {first_sentence(str(exc))})"
         if problem is None:
             if name == PREVIOUS:  # it becomes the latest, so that DDP helper ranks load the same one
                 os.replace(path, directory / CHECKPOINT)
@@ -111,7 +111,7 @@ def _meta_doc(state: dict) -> dict:
     }
 
 
-def _first_sentence(text: str) -> str:
+def first_sentence(text: str) -> str:
     """torch's messages run to paragraphs with terminal colours: their first sentence, plain."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", text).strip().splitlines()[0] if text.strip() else "no message"
     return text.split(". ")[0][:120]

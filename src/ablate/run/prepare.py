@@ -11,7 +11,7 @@ import dataclasses
 import json
 import math
 
-from ablate.config import ConfigError, RunConfig, UnsupportedError, as_dict
+from ablate.config import MAX_INT, ConfigError, RunConfig, UnsupportedError, as_dict
 from ablate.data.sources import TokenData, check_fits, load_data
 from ablate.files import check_writable_dir
 from ablate.model import accounting
@@ -78,6 +78,7 @@ def prepare(cfg: RunConfig, caches: dict | None = None) -> Prepared:
     cfg = dataclasses.replace(cfg, model=model_cfg)
     check_memory(cfg, hw)
     steps = total_steps(cfg)
+    check_token_count(cfg, steps)
     profiling.check_window(cfg.train, steps)  # the captured steps fit in the run
     return Prepared(cfg, hw, data, steps, config_hash(cfg, hw))
 
@@ -112,6 +113,19 @@ def total_steps(cfg: RunConfig) -> int:
             f"({step_flops:.3g} FLOPs) (valid: >= {step_flops:.3g}, or a smaller model or train.batch_size)"
         )
     return math.ceil(cfg.train.flops / step_flops)
+
+
+def check_token_count(cfg: RunConfig, steps: int) -> None:
+    """The run's tokens (steps x sequences x block) are counted in float64 by the schedule, the
+    FLOP accounting and MLflow's metrics: past 2^53 a count is no longer exact, and no machine trains
+    that many tokens in one run (GPT-4 class runs are ~1e13)."""
+    tokens = steps * cfg.train.sequences_per_step * cfg.model.block_size
+    if tokens > MAX_INT:
+        raise ConfigError(
+            f"{steps:,} steps of {cfg.train.sequences_per_step} x {cfg.model.block_size} tokens are {tokens:.3g} "
+            f"tokens, past what a float counts exactly (valid: at most 2^53 = {MAX_INT:.3g} tokens in a run: "
+            "fewer steps, or a smaller batch or block)"
+        )
 
 
 def budget_tokens(cfg: RunConfig) -> tuple[float, str]:

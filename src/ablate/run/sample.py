@@ -41,6 +41,12 @@ class Speed:
     bound_counts: str  # what the bound's bytes are
 
     def __post_init__(self):
+        if self.decode_tokens_per_s > self.bound_tokens_per_s and self.bandwidth_source == decode.BANDWIDTH_GIVEN:
+            raise ConfigError(
+                f"bandwidth_gbs={self.bandwidth / 1e9:g} bounds decode at {self.bound_tokens_per_s:,.3g} tokens/s, "
+                f"and it measured {self.decode_tokens_per_s:,.0f} here (valid: the device's real memory "
+                "bandwidth, or null to take the catalogue's or this CPU's measured one)"
+            )
         if self.decode_tokens_per_s > self.bound_tokens_per_s:
             raise RuntimeError(
                 f"decode measured {self.decode_tokens_per_s:,.0f} tokens/s, above its bandwidth bound of "

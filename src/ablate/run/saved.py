@@ -44,12 +44,21 @@ def find_run(folder: Path, state_dir: str | None = None) -> SavedRun:
     result = read_result(folder)
     cfg = run_config(config_folder(folder))
     directory = Path(state_dir or cfg.state_dir) / result.config_hash
-    state = checkpoint.load(directory)
+    try:
+        state = checkpoint.load(directory)
+    except Exception as exc:  # torn zip, not a torch file, refused by weights_only, ...
+        raise ConfigError(
+            f"{directory / checkpoint.CHECKPOINT} does not load ({type(exc).__name__}: "
+            f"{checkpoint.first_sentence(str(exc))}) (valid: the checkpoint the run wrote, or state_dir=DIR "
+            "where a good copy is)"
+        ) from None
     if state is None:
         raise ConfigError(
             f"run={folder} has no checkpoint in {directory} (valid: state_dir=DIR, the state dir it trained "
             "with, when it has moved)"
         )
+    if not isinstance(state, dict) or "model" not in state or "step" not in state:
+        raise ConfigError(f"{directory / checkpoint.CHECKPOINT} is not a run's checkpoint (it has no model and step)")
     found = state.get("config_hash")
     if found != result.config_hash:
         raise ConfigError(f"{directory / checkpoint.CHECKPOINT} belongs to config {found}, not {result.config_hash}")
@@ -72,6 +81,7 @@ def run_config(folder: Path) -> RunConfig:
     """The RunConfig of the run that Hydra started in `folder`, resolved as it was then: each
     `${hydra:KEY}` (Hydra's resolver, which reads the command now running) read from the run's own
     .hydra/hydra.yaml instead, as the node `${hydra.KEY}` beside it."""
+    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -84,8 +94,9 @@ def run_config(folder: Path) -> RunConfig:
             for k in cfg
             if k != "hydra"  # Hydra's own settings, some of which only a running app resolves
         }
-    except (OSError, OmegaConfBaseException) as exc:
-        raise ConfigError(f"{saved} cannot be read as a run's config ({type(exc).__name__}: {exc})") from None
+    except (OSError, OmegaConfBaseException, yaml.YAMLError) as exc:
+        why = " ".join(str(exc).split())  # yaml's message spans lines
+        raise ConfigError(f"{saved} cannot be read as a run's config ({type(exc).__name__}: {why})") from None
     return parse_run(tree)
 
 

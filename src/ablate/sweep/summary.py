@@ -35,6 +35,10 @@ from ablate.run.result import BRANCHES_DIR
 SIZE_KEYS = ("model",)
 BUDGET_KEYS = ("train.steps", "train.tokens", "train.flops", "train.tokens_per_param")
 FAILED_STATUSES = ("failed", "killed", "missing")
+# What a sweep's end writes in its folder: the record, the table, the points, then the plots.
+RECORD, TABLE, POINTS = "summary.json", "summary.md", "points.csv"
+PLOTS = ("loss_vs_flops.png", "final_loss.png", "speed_memory.png")
+OUTPUT_FILES = (RECORD, TABLE, POINTS, *PLOTS)
 
 
 @dataclass
@@ -70,16 +74,17 @@ def summarize(sweep_dir: Path, info: dict) -> SweepSummary:
     record = {"sweep_id": info.get("sweep_id"), "runs": rows}
     files = write_files(
         {
-            sweep_dir / "summary.json": (json.dumps(record, indent=2, default=str) + "\n").encode(),
-            sweep_dir / "summary.md": (table + "\n").encode(),
-            sweep_dir / "points.csv": points_csv(rows).encode(),
+            sweep_dir / RECORD: (json.dumps(record, indent=2, default=str) + "\n").encode(),
+            sweep_dir / TABLE: (table + "\n").encode(),
+            sweep_dir / POINTS: points_csv(rows).encode(),
         }
     )
     curves = _curves(rows, uri)
+    loss_vs_flops, final_loss, speed_memory = (sweep_dir / name for name in PLOTS)
     for plot in (
-        plot_loss_vs_flops(rows, curves, sweep_dir / "loss_vs_flops.png"),
-        plot_final_loss(rows, sweep_dir / "final_loss.png"),
-        plot_speed_memory(rows, sweep_dir / "speed_memory.png"),
+        plot_loss_vs_flops(rows, curves, loss_vs_flops),
+        plot_final_loss(rows, final_loss),
+        plot_speed_memory(rows, speed_memory),
     ):
         if plot:
             files.append(plot)
