@@ -1,6 +1,7 @@
 """The package layout as a rule: imports run one way through the layers, no module imports in a
 cycle, planning and fitting work without torch, and every child process starts through one entry
-point (ablate/child.py). The tests' own layout too: tests/<package>/
+point (ablate/child.py). Each package's __init__ lists its modules and states its API (`__all__`),
+and other packages import only that. The tests' own layout too: tests/<package>/
 mirrors src/ablate/, shared set-up is in fixtures, and no file under tests/ imports another test file."""
 
 import ast
@@ -39,6 +40,34 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(p): p for p in SRC.rglob("*.py")}
+# Packages with an API of their own: the layers, and config/ (the schemas) in the bottom layer.
+API_PACKAGES = sorted(p.name for p in SRC.iterdir() if (p / "__init__.py").exists() and p.name != "conf")
+
+
+def api_table(package: str) -> dict[str, tuple[str, str | None] | None]:
+    """A package's API as its __init__ states it: name -> (the module, relative, it comes from, and
+    its attribute there or None for the module itself); None where the __init__ imports the name
+    itself (config/). Read from the source: `lazy_api(__name__, {module: names}, modules=(...))`, else
+    `__all__`."""
+    tree = ast.parse((SRC / package / "__init__.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_api":
+            names = ast.literal_eval(node.args[1])
+            modules = next((ast.literal_eval(k.value) for k in node.keywords if k.arg == "modules"), ())
+            table = {name: (module, name) for module, ns in names.items() for name in ns}
+            return table | {m.rpartition(".")[2]: (m, None) for m in modules}
+    listed = next(n.value for n in tree.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "__all__")
+    return dict.fromkeys(ast.literal_eval(listed))
+
+
+API = {pkg: api_table(pkg) for pkg in API_PACKAGES}
+
+
+def api_package(module: str) -> str | None:
+    """The package whose API a module belongs to: ablate.scaling.laws.single -> scaling, ablate.config.run
+    -> config; None for the modules at the top (files.py, child.py, ...)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "ablate" and parts[1] in API else None
 
 
 def package(module: str) -> str:
@@ -78,12 +107,20 @@ def imports(path: Path) -> list[tuple[str, bool]]:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ablate":
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
-                found.append((full if full in MODULES else resolve(node.module), id(node) in top))
+                found.append((full if full in MODULES else through_api(node.module, alias.name), id(node) in top))
         elif isinstance(node, ast.Import):
             found += [(resolve(a.name), id(node) in top) for a in node.names if a.name.split(".")[0] == "ablate"]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _names_a_module(node.value):
             found.append((node.value.partition(":")[0], False))
     return found
+
+
+def through_api(module: str, name: str) -> str:
+    """The module a name imported from `module` comes from: for a package's API (`from ablate.scaling
+    import Points`), the module its __init__ loads it from (ablate.scaling.points)."""
+    package = api_package(module)
+    entry = API[package].get(name) if package and module == f"ablate.{package}" else None
+    return f"{module}.{entry[0]}" if entry else resolve(module)
 
 
 def _names_a_module(text: str) -> bool:
@@ -385,7 +422,10 @@ def test_imports_inside_functions_only_keep_a_dependency_lazy(module):
             elif name.split(".")[0] == "ablate":
                 target = resolve(name)
                 if isinstance(node, ast.ImportFrom):
-                    full = [f"{name}.{a.name}" for a in node.names if f"{name}.{a.name}" in MODULES]
+                    full = [through_api(name, a.name) for a in node.names]
+                    full = [f for f in full if f in MODULES and f != target] or [
+                        f"{name}.{a.name}" for a in node.names if f"{name}.{a.name}" in MODULES
+                    ]
                     if full and not any(_loads_a_dependency(f) for f in full):
                         needless.append(name)
                         continue
@@ -394,3 +434,89 @@ def test_imports_inside_functions_only_keep_a_dependency_lazy(module):
                 if not _loads_a_dependency(target):
                     needless.append(name)
     assert needless == [], f"{module} imports inside functions what loads no dependency: {needless}"
+
+
+# -- the packages' APIs ----------------------------------------------------------------------------
+
+PACKAGE_DIRS = sorted(p.parent for p in SRC.rglob("__init__.py") if p.parent.name != "conf")
+
+
+@pytest.mark.parametrize("folder", PACKAGE_DIRS, ids=lambda p: str(p.relative_to(SRC.parent)))
+def test_every_module_is_listed_in_its_package(folder):
+    """A package's __init__ says what each of its modules (and subpackages) is for: a module it does
+    not list is one a reader of the package cannot find."""
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+    entries = [p.name for p in folder.glob("*.py") if p.name != "__init__.py"]
+    entries += [f"{p.name}/" for p in folder.iterdir() if (p / "__init__.py").exists()]
+    assert [e for e in entries if e not in doc] == []
+
+
+def api_violations(path: Path, importer: str) -> list[str]:
+    """The imports of another package's modules that go around its API: `from ablate.P.m import x`, or
+    `from ablate.P import x` with x not in P's API, from a module outside P."""
+    mine = api_package(importer) if importer != "ablate.__main__" else "cli"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            named = [(a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            named = [(node.module, a.name) for a in node.names]
+        else:
+            continue
+        for module, name in named:
+            package = api_package(module)
+            if package is None or package == mine:
+                continue
+            if module != f"ablate.{package}" or name is None or name not in API[package]:
+                found.append(f"{module}:{name}" if name else module)
+    return found
+
+
+def test_the_checker_finds_an_import_around_an_api(tmp_path):
+    (tmp_path / "m.py").write_text(
+        "from ablate.scaling.points import Points\nfrom ablate.scaling import Points, fit_approach3\n"
+        "import ablate.run.train\nfrom ablate.config import ConfigError\nfrom ablate.plan.make import make_plan\n"
+        "from ablate.files import write_json\n"
+    )
+    assert api_violations(tmp_path / "m.py", "ablate.plan.loss") == [
+        "ablate.scaling.points:Points",
+        "ablate.scaling:fit_approach3",
+        "ablate.run.train",
+    ]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_other_packages_are_imported_through_their_api(module):
+    """A package's modules are its own to move and split (scaling/ became fitting/, laws/, reports/
+    without a caller noticing); other packages import the names its __init__ exports."""
+    assert api_violations(MODULES[module], module) == [], f"{module} imports around an API"
+
+
+@pytest.mark.parametrize("package", API_PACKAGES)
+def test_every_name_of_an_api_is_what_its_module_defines(package):
+    """Each exported name loads, and is the object of the module it is said to come from: a name that
+    is also a submodule's would become the submodule once that is imported (`import ablate.run.prepare`
+    sets the package's attribute `prepare`), so such a module is exported as itself."""
+    import importlib
+
+    api = importlib.import_module(f"ablate.{package}")
+    assert sorted(api.__all__) == sorted(API[package])
+    entries = {name: entry for name, entry in API[package].items() if entry}
+    shadowed = [name for name, (_, attr) in entries.items() if attr and f"ablate.{package}.{name}" in MODULES]
+    assert shadowed == []
+    modules = {name: importlib.import_module(f"ablate.{package}.{module}") for name, (module, _) in entries.items()}
+    wrong = [
+        name
+        for name, (_, attr) in entries.items()
+        if getattr(api, name) is not (getattr(modules[name], attr) if attr else modules[name])
+    ]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("package", sorted(set(API_PACKAGES) - {"config"}))
+def test_an_init_imports_nothing_but_its_api(package):
+    """Importing a package loads none of its modules: each is loaded when one of its names is first
+    used (ablate/api.py), so that importing plan/ or scaling/ never loads torch through a sibling."""
+    tree = ast.parse((SRC / package / "__init__.py").read_text())
+    imported = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert imported == ["from ablate.api import lazy_api"]

@@ -1,12 +1,14 @@
 """ablate: small, honest training experiments turned into decisions about big ones.
 
 Layers, each a subpackage whose imports only point down this list (tests/test_architecture.py
-checks it). Every __init__ states its package's API and imports nothing, so that importing one
-module never loads its siblings: the planning and fitting code runs without torch. config/ is the
-exception: its __init__ is its API, the schemas and their parse functions, none of which loads a
-dependency.
+checks it). Every __init__ states its package's API, `__all__`, which other packages import from
+(never from its modules), and loads each name only when it is first used (api.py), so that importing
+one module never loads its siblings: the planning and fitting code runs without torch. config/
+imports its API at once: the schemas and their parse functions, none of which loads a dependency.
 
     config/ conf/      every command's schema and parse function; the presets (package data)
+    __main__.py        `python -m ablate`: the command line (cli/)
+    api.py             lazy_api: a package's `__all__`, loaded name by name when first used (PEP 562)
     child.py           the one entry point of every process the project starts (`python -m ablate.child`)
     errors.py files.py faults.py host.py provenance.py   ConfigError, atomic writes, failpoints,
                                                        cores and processes, config hash and code version

@@ -32,16 +32,14 @@ EXAMPLE = "ablate backtest points=tests/fixtures/chinchilla.csv"
 def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
-    from ablate.scaling.backtest import backtest
-    from ablate.scaling.points import FitInputError
-    from ablate.scaling.reports.report import backtest_markdown
+    from ablate.scaling import FitInputError, backtest, backtest_markdown
 
     try:
         bc = parse_backtest(OmegaConf.to_container(cfg, resolve=True))
         check_writable_dir(bc.out_dir, "out")  # before minutes of fitting, not after
         inputs = load_inputs(bc)
         started = time.perf_counter()
-        result = backtest(inputs.points, fit_options(bc), tuple(float(c) for c in bc.cuts))
+        result = backtest.backtest(inputs.points, fit_options(bc), tuple(float(c) for c in bc.cuts))
         title = f"Backtest of {bc.experiment or bc.points}: {len(inputs.points)} runs, cuts {bc.cuts}"
         md = backtest_markdown(result, title)
         doc = {"source": inputs.source, "cuts": bc.cuts, "n_boot": bc.n_boot, **result.to_dict()}

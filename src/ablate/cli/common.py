@@ -15,8 +15,8 @@ from typing import NoReturn
 from ablate.config import BUDGET_KEYS, CONF_DIR, CONF_MODULE, CONF_PATH, ConfigError, group_options, parse_run
 from ablate.files import check_file_slots, check_writable_dir, disk_errors
 from ablate.host import interrupting_signal
-from ablate.run.lock import EXIT_BUSY, Busy, sweep_lock
-from ablate.sweep.summary import OUTPUT_FILES
+from ablate.run import EXIT_BUSY, Busy, sweep_lock
+from ablate.sweep import OUTPUT_FILES
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -64,7 +64,7 @@ def arms_from_experiment(cfg: CompareConfig):
 
 
 def arms_from_csv(cfg: CompareConfig):
-    from ablate.scaling.points import FitInputError, Points
+    from ablate.scaling import FitInputError, Points
 
     points = Points.from_csv(cfg.points)
     with open(cfg.points, newline="") as fh:
@@ -89,7 +89,7 @@ def _csv_pairing(row: dict, arm: str) -> tuple:
     """A CSV row's (config, seed, size) beyond its params and tokens: its seed column, every column that
     is not a point's (a sweep's other swept keys, its data config), the arm's, the label and the budget
     aside, and its model column as its size."""
-    from ablate.scaling.points import CSV_OPTIONAL, CSV_REQUIRED
+    from ablate.scaling import CSV_OPTIONAL, CSV_REQUIRED
 
     skip = {*CSV_REQUIRED, *CSV_OPTIONAL, "label", arm, *SEED_COLUMNS, *BUDGET_COLUMNS}
     seed = next((row[c] for c in SEED_COLUMNS if row.get(c)), None)
@@ -115,7 +115,7 @@ def _group(points, values: list[str], pairing: list[tuple], cfg: CompareConfig) 
     """({arm: its points}, {arm: its runs' pairing keys (multiplier_paired.run_keys)})."""
     import numpy as np
 
-    from ablate.scaling.multiplier_paired import run_keys
+    from ablate.scaling import run_keys
 
     order = list(dict.fromkeys(values))
     wanted = cfg.arms or order
@@ -137,9 +137,7 @@ def _group(points, values: list[str], pairing: list[tuple], cfg: CompareConfig) 
 def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
-    from ablate.scaling.multiplier import compare_arms
-    from ablate.scaling.points import FitInputError
-    from ablate.scaling.reports.multiplier_export import export_multiplier, summary_text
+    from ablate.scaling import FitInputError, compare_arms, export_multiplier, multiplier_export
 
     try:
         cc = parse_compare(OmegaConf.to_container(cfg, resolve=True))
@@ -161,10 +159,10 @@ def task(cfg) -> dict:
     except (ConfigError, FitInputError) as exc:
         fail(str(exc))
     print(source, file=sys.stderr)
-    print(summary_text(report))
+    print(multiplier_export.summary_text(report))
     print(f"wrote {', '.join(str(f) for f in files)}")
     if experiment_id is not None:
-        from ablate.scaling.runs import log_fit_run
+        from ablate.scaling import log_fit_run
 
         params = {
             "experiment": cc.experiment,

@@ -26,8 +26,7 @@ from ablate.config import ConfigError, FitConfig, FitSourceConfig, parse_fit
 from ablate.files import check_writable_dir
 
 if TYPE_CHECKING:
-    from ablate.scaling.points import Points, RunCurve
-    from ablate.scaling.predict import FitOptions
+    from ablate.scaling import FitOptions, Points, RunCurve
 
 
 SUMMARY = "Fit scaling laws to an experiment's finished runs (experiment=NAME) or to a CSV of points (points=FILE)."
@@ -36,7 +35,7 @@ EXAMPLE = "ablate fit points=tests/fixtures/chinchilla.csv target.C=1e21"
 
 def fit_options(cfg: FitSourceConfig) -> FitOptions:
     """How approach 3 is fitted (scaling/predict.py's FitOptions), from the fit's or the backtest's config."""
-    from ablate.scaling.predict import FitOptions
+    from ablate.scaling import FitOptions
 
     return FitOptions(
         floor=cfg.entropy_floor,
@@ -64,9 +63,8 @@ class FitInputs:
 def load_inputs(cfg: FitSourceConfig) -> FitInputs:
     """The points (a CSV, or an experiment's FINISHED training runs), with N counted as cfg.params and
     the floor from entropy_floor=, else the data's own (points.csv column, the runs' derived.entropy_floor)."""
+    from ablate.scaling import e_bounds, load_points_csv
     from ablate.scaling import runs as fit_runs
-    from ablate.scaling.laws.chinchilla import e_bounds
-    from ablate.scaling.points import load_points_csv
 
     if cfg.points is not None:
         points, note = load_points_csv(cfg.points)
@@ -118,10 +116,8 @@ class StageBar:
 def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
-    from ablate.scaling.analysis import APPROACH3, fit_all
-    from ablate.scaling.points import FitInputError
-    from ablate.scaling.reports.export import export_fit
-    from ablate.scaling.reports.report import summary_text
+    from ablate.scaling import APPROACH3, FitInputError, export_fit, fit_all
+    from ablate.scaling import report as fit_report
 
     try:
         fc = parse_fit(OmegaConf.to_container(cfg, resolve=True))
@@ -152,10 +148,10 @@ def task(cfg) -> dict:
         fail(str(exc))
     print(inputs.source, file=sys.stderr)  # after the fit and its files, so that a rejected input is one line
     converged = report.approach3 is None or report.converged
-    print(summary_text(report))
+    print(fit_report.summary_text(report))
     print(f"fit took {time.perf_counter() - started:.0f} s; wrote {', '.join(str(f) for f in files)}")
     if inputs.experiment_id is not None:
-        from ablate.scaling.runs import log_fit_run
+        from ablate.scaling import log_fit_run
 
         run_id = log_fit_run(
             fc.tracking.uri,

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ablate.cli.common import fail
-from ablate.sweep.launch.slurm import JOBS_FILE
+from ablate.sweep import JOBS_FILE
 
 DRIVER_FILE = "driver.json"
 ACTIVE = {

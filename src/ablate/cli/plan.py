@@ -13,11 +13,8 @@ from __future__ import annotations
 from ablate.cli.common import fail, hydra_main
 from ablate.config import ConfigError, parse_plan
 from ablate.files import check_writable_dir
-from ablate.plan import render
-from ablate.plan.hardware import planning_hardware
-from ablate.plan.make import make_plan
-from ablate.plan.mfu import choose_mfu
-from ablate.scaling.reports.fitfile import load_fit
+from ablate.plan import choose_mfu, make_plan, planning_hardware, render
+from ablate.scaling import load_fit
 
 SUMMARY = "Price a big run before renting it: FLOPs, memory per GPU, hours, cost, predicted loss, and what binds."
 EXAMPLE = "ablate plan model=gpt_1p5b precision=bf16_pure hardware=h200 budget.tokens=1e11"

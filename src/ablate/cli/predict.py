@@ -14,7 +14,7 @@ from pathlib import Path
 from ablate.cli.common import compose_run, fail
 from ablate.config import ConfigError
 from ablate.files import check_writable_dir
-from ablate.run.result import RESULT_FILE, read_result
+from ablate.run import RESULT_FILE, read_result
 
 EXAMPLE = (
     "ablate predict fit=experiments/text_ladder/fit/fit.json out=prediction.json "
@@ -66,12 +66,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def make(fit: Path, out: Path, overrides: list[str]) -> dict:
-    from ablate.run.prepare import prepare
+    from ablate.run import prepare
     from ablate.sweep import prediction
 
     prediction.check_new(out)
     check_writable_dir(out.parent, "out")
-    prepared = prepare(compose_run(overrides))
+    prepared = prepare.prepare(compose_run(overrides))
     doc = prediction.make_prediction(prepared, fit, overrides, out)
     prediction.write_prediction(doc, out)
     return doc

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main
 from ablate.config import ConfigError, parse_prepare
-from ablate.data.corpus import read_corpus
+from ablate.data import read_corpus
 from ablate.files import check_writable_dir
 
 SUMMARY = "Tokenize your text: train a byte-level BPE tokenizer (or bring one) and write token files."

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main
-from ablate.config import ConfigError
-from ablate.config.sample import parse_sample
+from ablate.config import ConfigError, parse_sample
 from ablate.files import check_writable_dir
 
 SUMMARY = "Text from a run's checkpoint, and its decode tokens/s against the memory-bandwidth bound."
@@ -23,13 +22,13 @@ EXAMPLE = "ablate sample run=outputs/2025-01-01/12-00-00 prompt='the ' tokens=40
 def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
-    from ablate.run.sample import SAMPLE_FILE, sample, write_sample
+    from ablate.run import SAMPLE_FILE, sample, write_sample
 
     try:
         sc = parse_sample(OmegaConf.to_container(cfg, resolve=True))
         out = Path(sc.out) if sc.out else Path(sc.run) / SAMPLE_FILE
         check_writable_dir(out.parent, "out")
-        made = sample(sc)
+        made = sample.sample(sc)
     except ConfigError as exc:
         fail(str(exc))
     for text in made.texts:

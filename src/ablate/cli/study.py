@@ -11,7 +11,7 @@ from pathlib import Path
 from ablate.cli.common import fail
 from ablate.config import ConfigError
 from ablate.host import interrupting_signal
-from ablate.sweep.study import load_study, refresh, run_analyses, run_study, run_target
+from ablate.sweep import load_study, refresh, run_analyses, run_study, run_target
 
 
 def main(argv: list[str] | None = None) -> None:

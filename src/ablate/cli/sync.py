@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ablate.cli.common import fail
-from ablate.tracking.spool import sync_file
+from ablate.tracking import sync_file
 
 
 def main(argv: list[str] | None = None) -> int:

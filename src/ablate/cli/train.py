@@ -13,13 +13,11 @@ from ablate.cli.common import fail, hydra_main, hydra_node, resolved_task
 from ablate.config import ConfigError, UnsupportedError, parse_run
 from ablate.files import check_file_slots, check_writable_dir, write_json
 from ablate.host import interrupting_signal
-from ablate.run.lock import EXIT_BUSY
-from ablate.run.result import RESULT_FILE
-from ablate.search.trial import trial_hook
-from ablate.sweep import callback
-from ablate.sweep.context import PROGRESS_FILE, job_context
+from ablate.run import EXIT_BUSY, RESULT_FILE
+from ablate.search import trial_hook
+from ablate.sweep import PROGRESS_FILE, callback, job_context
 from ablate.tracking import agent as tracking_agent
-from ablate.tracking.store import check_store
+from ablate.tracking import check_store
 
 # What Hydra writes in a run's folder before the task starts (its job log besides).
 HYDRA_FILES = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml")
@@ -102,13 +100,12 @@ def _parse_and_prepare(cfg, context):
     sweep's other jobs: the UI's legends then read "precision=bf16"."""
     from omegaconf import OmegaConf
 
-    from ablate.run import branches
-    from ablate.run.prepare import prepare
+    from ablate.run import branches, prepare
 
     run_cfg = parse_run(OmegaConf.to_container(cfg, resolve=True))
     if context.label and not context.label.startswith("#") and run_cfg.tracking.run_name is None:
         run_cfg = dataclasses.replace(run_cfg, tracking=dataclasses.replace(run_cfg.tracking, run_name=context.label))
-    return run_cfg, branches.prepare_family(run_cfg) if branches.is_family(run_cfg) else prepare(run_cfg)
+    return run_cfg, branches.prepare_family(run_cfg) if branches.is_family(run_cfg) else prepare.prepare(run_cfg)
 
 
 @contextlib.contextmanager
@@ -130,10 +127,12 @@ def one_run(cfg):
     check_file_slots(run_dir, (RESULT_FILE, f"{hydra_node(cfg, 'job.name')}.log", *HYDRA_FILES), "hydra.run.dir")
     agent = tracking_agent.start(tracking.uri) if tracking.backend == "mlflow" else None
     try:
-        from ablate.run import branches  # torch: only once the config parses
-        from ablate.run.prepare import prepare
+        from ablate.run import (
+            branches,  # torch: only once the config parses
+            prepare,
+        )
 
-        prepared = branches.prepare_family(run_cfg) if branches.is_family(run_cfg) else prepare(run_cfg)
+        prepared = branches.prepare_family(run_cfg) if branches.is_family(run_cfg) else prepare.prepare(run_cfg)
         if agent is not None:
             agent.open(tracking.experiment)  # every check passed: the store may be created
         yield {"run_cfg": run_cfg, "prepared": prepared, "agent": agent}

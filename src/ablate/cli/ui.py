@@ -19,8 +19,7 @@ from pathlib import Path
 
 from ablate.cli.common import fail
 from ablate.config import ConfigError
-from ablate.tracking.store import client_for, sqlite_path
-from ablate.tracking.views import latest_views
+from ablate.tracking import client_for, latest_views, sqlite_path
 
 
 def server_command(store: str, host: str = "127.0.0.1", port: int = 5000, workers: int = 1) -> list[str]:

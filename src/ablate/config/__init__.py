@@ -9,6 +9,7 @@ its own slice. Bad input raises `ConfigError`, whose message is one line: key, b
     data.py     the token sources, the synthetic language among them; parse_data; ablate prepare, parse_prepare
     fit.py      ablate fit, backtest and compare; parse_fit, parse_backtest, parse_compare
     plan.py     ablate plan; parse_plan
+    sample.py   ablate sample; parse_sample
     search.py   the Optuna sweeper's settings; parse_search
     schema.py   build and coerce: a tree to a dataclass, key by key; the shared range checks
     launch.py   the launchers' settings (hydra.launcher), which the plugins register in Hydra's ConfigStore
@@ -73,8 +74,10 @@ from ablate.config.run import (
     TrackingConfig,
     TrainConfig,
     budget,
+    is_user_class,
     parse_run,
 )
+from ablate.config.sample import SampleConfig, parse_sample
 from ablate.config.schema import (
     MAX_INT,
     as_dict,
@@ -85,7 +88,7 @@ from ablate.config.schema import (
     require_fraction,
     require_positive,
 )
-from ablate.config.search import PRUNER_KEYS, SAMPLER_KEYS, SearchConfig, flatten_params, parse_search
+from ablate.config.search import COSTS, PRUNER_KEYS, SAMPLER_KEYS, SearchConfig, flatten_params, parse_search
 from ablate.errors import ConfigError, UnsupportedError
 
 __all__ = [
@@ -116,6 +119,7 @@ __all__ = [
     "TrackingConfig",
     "TrainConfig",
     "budget",
+    "is_user_class",
     "parse_run",
     # its data
     "DATA_KINDS",
@@ -146,7 +150,11 @@ __all__ = [
     "PlanDataConfig",
     "PlanInputs",
     "parse_plan",
+    # sample
+    "SampleConfig",
+    "parse_sample",
     # search
+    "COSTS",
     "PRUNER_KEYS",
     "SAMPLER_KEYS",
     "SearchConfig",

@@ -12,3 +12,17 @@ precision.py   apply_precision: autocast, bf16 weights, loss scaling, fp8 (torch
 optim.py       build_optimizer (AdamW, Muon beside AdamW, muP per-layer rates, bf16 stochastic rounding) and
                lr_at (the schedule)
 """
+
+from ablate.api import lazy_api
+
+__all__, __getattr__, __dir__ = lazy_api(
+    __name__,
+    {
+        "gpt": ("GPT", "weight_shapes"),
+        "measure": ("measure_part",),
+        "accounting": ("recorded_mfu",),
+        "precision": ("apply_precision",),
+        "optim": ("build_optimizer", "cooldown_start", "lr_at"),
+    },
+    modules=("accounting",),
+)

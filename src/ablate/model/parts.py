@@ -12,8 +12,7 @@ import importlib
 import torch
 import torch.nn as nn
 
-from ablate.config import ConfigError, ModelConfig
-from ablate.config.run import is_user_class
+from ablate.config import ConfigError, ModelConfig, is_user_class
 
 
 def user_class(spec: str) -> type:

@@ -9,3 +9,23 @@ profiling.py  torch.profiler captures of a few steps, as FLOPs and bytes per ope
 roofline.py   operators placed against the compute and bandwidth ceilings; the CPU bandwidth benchmark
 capture.py    RunCapture: profiling and the roofline inside a training run (train.profile=true)
 """
+
+from ablate.api import lazy_api
+
+__all__, __getattr__, __dir__ = lazy_api(
+    __name__,
+    {
+        "hardware": (
+            "Hardware",
+            "available_devices",
+            "available_memory",
+            "measured_cpu_peak_flops",
+            "resolve",
+            "unsupported_reason",
+        ),
+        "memory": ("gpu_memory",),
+        "roofline": ("measured_cpu_bandwidth",),
+        "capture": ("RunCapture",),
+    },
+    modules=("support", "memory", "decode", "profiling", "roofline"),
+)

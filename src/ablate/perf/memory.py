@@ -319,7 +319,7 @@ def mlp_terms(model: ModelConfig, dt: SavedDtypes, batch: int) -> dict[str, int]
 def _measured_saved(model: ModelConfig, key: str, dt: SavedDtypes, batch: int) -> int:
     """A user's part: what it saved on one fp32 sequence (model/measure.py), scaled to the batch
     and to the policy's activation bytes."""
-    from ablate.model.measure import measure_part  # torch, only for a user's part
+    from ablate.model import measure_part  # torch, only for a user's part
 
     per_token = measure_part(model, key).saved_bytes_per_token
     return round(per_token * batch * model.block_size * dt.resid / FP32)

@@ -9,3 +9,15 @@ render.py    render_table, render_markdown, plan_dict, write_plan
 
 Its schema, PlanConfig (budget, data, cluster) and parse_plan, is in config/plan.py.
 """
+
+from ablate.api import lazy_api
+
+__all__, __getattr__, __dir__ = lazy_api(
+    __name__,
+    {
+        "hardware": ("planning_hardware",),
+        "mfu": ("choose_mfu",),
+        "make": ("make_plan",),
+    },
+    modules=("render",),
+)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ablate.config import ConfigError, HardwareConfig, PrecisionConfig
-from ablate.perf.support import unsupported_reason
+from ablate.perf import support
 
 GB = 1e9
 
@@ -33,10 +33,10 @@ def planning_hardware(cfg: HardwareConfig, precision: PrecisionConfig) -> PlanHa
         )
     peaks = {k: float(v) for k, v in cfg.peak_flops.items() if v is not None}
     if cfg.device == "cpu" and "fp32" not in peaks:
-        from ablate.perf.hardware import measured_cpu_peak_flops
+        from ablate.perf import measured_cpu_peak_flops
 
         peaks["fp32"] = measured_cpu_peak_flops()
-    reason = unsupported_reason(precision, cfg.device, cfg.name, cfg.cuda_capability, peak_flops=peaks)
+    reason = support.unsupported_reason(precision, cfg.device, cfg.name, cfg.cuda_capability, peak_flops=peaks)
     if reason:
         raise ConfigError(reason)
     wanted = precision.matmul_dtype
@@ -55,7 +55,7 @@ def planning_hardware(cfg: HardwareConfig, precision: PrecisionConfig) -> PlanHa
         raise ConfigError(f"hardware.memory_gb is null for hardware={cfg.name} (valid: the memory of one device in GB)")
     bandwidth = cfg.memory_bandwidth_gbs
     if bandwidth is None and cfg.device == "cpu":  # measured once per machine, like the peak
-        from ablate.perf.roofline import measured_cpu_bandwidth
+        from ablate.perf import measured_cpu_bandwidth
 
         bandwidth = measured_cpu_bandwidth() / 1e9
     return PlanHardware(

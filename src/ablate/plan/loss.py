@@ -13,9 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ablate.scaling.predict import TOKENS_PER_PARAM_RULE, SuggestedRun, predict
-from ablate.scaling.reports.fitfile import FitLaw
-from ablate.scaling.verdict import Verdict
+from ablate.scaling import TOKENS_PER_PARAM_RULE, FitLaw, SuggestedRun, Verdict, predict
 
 RULE = f"rule of thumb D = {TOKENS_PER_PARAM_RULE:g} N (Hoffmann et al. 2022)"
 
@@ -50,7 +48,7 @@ INTERVAL = (
 
 def predict_loss(fit: FitLaw, N: float, D: float, C: float | None = None) -> LossPrediction:
     """L(N, D) with its calibrated interval and verdict (N counted as the fit counts it, fit.params)."""
-    p = predict(fit.predictor, N=N, D=D, C=C)
+    p = predict.predict(fit.predictor, N=N, D=D, C=C)
     if p.loss is None:
         return LossPrediction(None, None, None, INTERVAL, p.verdict, p.runs_to_determine)
     return LossPrediction(p.loss.value, *p.loss.ci95, INTERVAL, p.verdict)
@@ -97,7 +95,7 @@ def compute_optimal(C: float, fit: FitLaw | None) -> Alternative:
     if fit is None:
         n, d = rule_allocation(C)
         return Alternative(C, n, d, f"{RULE}; give fit= for your own scaling law")
-    p = predict(fit.predictor, C=C)
+    p = predict.predict(fit.predictor, C=C)
     law = fit.law()
     counts = "" if fit.params == "total" else f" (N counts {fit.params.replace('_', '-')} parameters)"
     if p.verdict.usable:

@@ -33,7 +33,7 @@ from ablate.plan.hardware import PlanHardware
 from ablate.plan.loss import Alternative, LossPrediction, Purchase, compute_optimal, predict_loss, what_it_buys
 from ablate.plan.memory import MemoryPlan, plan_memory
 from ablate.plan.mfu import MfuChoice
-from ablate.scaling.reports.fitfile import FitLaw
+from ablate.scaling import FitLaw
 
 GB = 1e9
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.config import PlanConfig
-from ablate.model.accounting import recorded_mfu
-from ablate.tracking.store import check_store
+from ablate.model import recorded_mfu
+from ablate.tracking import check_store
 
 
 @dataclass(frozen=True)

@@ -44,13 +44,12 @@ from ablate.child import spawn
 from ablate.config import BUDGET_KEYS, ConfigError, RunConfig, as_dict, budget, parse_run
 from ablate.files import write_json
 from ablate.host import interrupt_on
-from ablate.model.optim import cooldown_start
+from ablate.model import cooldown_start
 from ablate.run import checkpoint
 from ablate.run.decision import SKIP, decide
 from ablate.run.prepare import Prepared, prepare
 from ablate.run.result import BRANCHES_DIR, RESULT_FILE, RunResult, read_result, write_result
-from ablate.tracking.tags import TRUNK_KIND
-from ablate.tracking.tracker import make_tracker
+from ablate.tracking import TRUNK_KIND, make_tracker
 
 BRANCH_KIND = "branch"
 GRACE_S = 10.0  # after the trunk is interrupted, how long its branch processes get to record themselves

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ablate.run.checkpoint import CheckpointMeta
-from ablate.tracking.runstore import ExistingRun
+from ablate.tracking import ExistingRun
 
 RUN, RESUME, SKIP, BUSY = "run", "resume", "skip", "busy"
 RESUMABLE = ("RUNNING", "KILLED")

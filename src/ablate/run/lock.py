@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.host import process_alive
-from ablate.tracking.store import sqlite_path
+from ablate.tracking import sqlite_path
 
 LOCK_FILE = "run.lock"
 LEASE_FILE = "run.lease"

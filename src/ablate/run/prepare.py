@@ -12,16 +12,13 @@ import json
 import math
 
 from ablate.config import MAX_INT, ConfigError, RunConfig, UnsupportedError, as_dict
-from ablate.data.sources import TokenData, check_fits, load_data
+from ablate.data import TokenData, check_fits, load_data
 from ablate.files import check_writable_dir
-from ablate.model import accounting
-from ablate.model.measure import measure_part
-from ablate.perf import profiling
-from ablate.perf.hardware import Hardware, available_memory, resolve, unsupported_reason
-from ablate.perf.memory import gpu_memory
+from ablate.model import accounting, measure_part
+from ablate.perf import Hardware, available_memory, gpu_memory, profiling, resolve, unsupported_reason
 from ablate.provenance import config_hash
 from ablate.run import distributed
-from ablate.tracking.store import check_store
+from ablate.tracking import check_store
 
 
 @dataclasses.dataclass

@@ -20,7 +20,7 @@ from ablate.config import RunConfig, as_dict, parse_run
 from ablate.run import checkpoint, distributed
 from ablate.run.prepare import prepare
 from ablate.run.trainer import Trainer
-from ablate.tracking.tracker import Tracker
+from ablate.tracking import Tracker
 
 HELPER_JOIN_S = 5.0  # how long a finished run waits for its helpers to end on their own
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from ablate.config import ConfigError
 from ablate.files import write_json
 from ablate.model import accounting
-from ablate.perf.memory import gpu_memory
+from ablate.perf import gpu_memory
 
 RESULT_FILE = "result.json"
 VALID_RESULT = "the result.json that `ablate` writes in a run folder"

@@ -14,12 +14,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ablate.config import ConfigError
-from ablate.config.sample import SampleConfig
-from ablate.data.codec import Codec, bpe, codec_for
+from ablate.config import ConfigError, SampleConfig
+from ablate.data import Codec, bpe, codec_for
 from ablate.files import write_json
-from ablate.perf import decode
-from ablate.perf.hardware import available_devices
+from ablate.perf import available_devices, decode
 from ablate.run.saved import SavedRun, find_run, load_model
 
 SCHEMA = "ablate.sample/1"

@@ -111,7 +111,7 @@ def with_vocabulary(cfg: RunConfig, state: dict) -> RunConfig:
 
 def load_model(saved: SavedRun, device: str, dtype):
     """GPT(the run's model config) with the checkpoint's weights, on `device` in `dtype`, for inference."""
-    from ablate.model.gpt import GPT
+    from ablate.model import GPT
     from ablate.run.trainer import state_mismatch
 
     problem = state_mismatch(saved.cfg.model, saved.state)

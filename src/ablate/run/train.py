@@ -32,7 +32,7 @@ from ablate.run.prepare import Prepared, prepare
 from ablate.run.result import RunResult, write_result
 from ablate.run.trainer import Trainer, state_mismatch
 from ablate.run.watchdog import watch
-from ablate.tracking.tags import (
+from ablate.tracking import (
     CONFIG_HASH_TAG,
     DATA_TAG,
     FORK_TAG,
@@ -41,8 +41,8 @@ from ablate.tracking.tags import (
     RESUMED_TAG,
     SWEEP_TAG,
     TRUNK_KIND,
+    make_tracker,
 )
-from ablate.tracking.tracker import make_tracker
 
 # How a RunResult status shows in MLflow; a pruned run is KILLED with reason "pruned: ..." (decision.py).
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "pruned": "KILLED"}

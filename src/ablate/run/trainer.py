@@ -10,18 +10,14 @@ from pathlib import Path
 
 import torch
 
-from ablate.data.sources import get_batch, get_val_batch
-from ablate.model import accounting
-from ablate.model.gpt import GPT, weight_shapes
-from ablate.model.optim import build_optimizer, lr_at
-from ablate.model.precision import apply_precision
-from ablate.perf import profiling
-from ablate.perf.capture import RunCapture
+from ablate.data import get_batch, get_val_batch
+from ablate.model import GPT, accounting, apply_precision, build_optimizer, lr_at, weight_shapes
+from ablate.perf import RunCapture, profiling
 from ablate.run import checkpoint, distributed, preemption
 from ablate.run.prepare import Prepared
 from ablate.run.progress import RunProgress
 from ablate.run.result import RunResult, bits_per_byte, write_result
-from ablate.tracking.tracker import Tracker
+from ablate.tracking import Tracker
 
 
 class Diverged(RuntimeError):

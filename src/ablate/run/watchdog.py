@@ -28,7 +28,7 @@ import sys
 from ablate.child import spawn
 from ablate.host import RUN_SIGNALS
 from ablate.run.lock import Busy, Owner, RunLock
-from ablate.tracking.tags import REASON_TAG
+from ablate.tracking import REASON_TAG
 
 DONE = b"done"
 REASON = "its process ended without closing the run (killed: SIGKILL, out of memory, or a crash)"

@@ -40,3 +40,26 @@ References
 
 Conventions: N parameters, D training tokens, C training FLOPs (6ND unless given), L loss in nats.
 """
+
+from ablate.api import lazy_api
+
+__all__, __getattr__, __dir__ = lazy_api(
+    __name__,
+    {
+        "points": ("CSV_OPTIONAL", "CSV_REQUIRED", "FitInputError", "Points", "RunCurve", "load_points_csv"),
+        "fitting.bootstrap": ("Estimate",),
+        "laws.chinchilla": ("e_bounds",),
+        "verdict": ("Reason", "Verdict"),
+        "predict": ("FitOptions", "Prediction", "Predictor", "SuggestedRun", "TOKENS_PER_PARAM_RULE"),
+        "backtest": ("Backtest",),
+        "analysis": ("APPROACH3", "FitReport", "fit_all"),
+        "multiplier_paired": ("mean_interval", "run_keys"),
+        "multiplier": ("MultiplierReport", "compare_arms"),
+        "runs": ("log_fit_run", "read_experiment"),
+        "reports.report": ("backtest_markdown",),
+        "reports.export": ("export_fit",),
+        "reports.fitfile": ("FitLaw", "load_fit"),
+        "reports.multiplier_export": ("export_multiplier",),
+    },
+    modules=("predict", "backtest", "runs", "reports.report", "reports.multiplier_export"),
+)

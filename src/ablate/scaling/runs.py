@@ -20,8 +20,7 @@ import numpy as np
 
 from ablate.provenance import code_version
 from ablate.scaling.points import FitInputError, Points, RunCurve
-from ablate.tracking.store import client_for
-from ablate.tracking.tags import CONFIG_HASH_TAG, FIT_STATUS_TAG, FIT_VERDICT_TAG, KIND_TAG, REASON_TAG
+from ablate.tracking import CONFIG_HASH_TAG, FIT_STATUS_TAG, FIT_VERDICT_TAG, KIND_TAG, REASON_TAG, client_for
 
 FIT_KIND = "fit"
 PAGE = 1000  # MLflow's search_runs page size

@@ -8,3 +8,14 @@ report.py   export: trials.json, study.md, best.args, the best config group, plo
 
 Its schema, SearchConfig and parse_search (the sweeper's settings, checked), is in config/search.py.
 """
+
+from ablate.api import lazy_api
+
+__all__, __getattr__, __dir__ = lazy_api(
+    __name__,
+    {
+        "space": ("check_sweeper",),
+        "trial": ("trial_hook",),
+        "driver": ("run_study",),
+    },
+)

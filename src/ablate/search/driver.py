@@ -51,9 +51,8 @@ from ablate.search.storage import (
     reopen,
 )
 from ablate.search.trial import Outcome, memory_excess_gb, objective_values, outcome, write_trials_file
-from ablate.sweep.context import read_sweep_file
-from ablate.sweep.launch.feed import SlotLauncher
-from ablate.tracking.tags import KIND_TAG, REASON_TAG
+from ablate.sweep import SlotLauncher, read_sweep_file
+from ablate.tracking import KIND_TAG, REASON_TAG
 
 STUDY_KIND = "study"
 STUDY_TAG, TRIAL_TAG, STATE_TAG = "optuna.study", "optuna.trial", "optuna.state"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ablate.config.search import COSTS, SearchConfig
+from ablate.config import COSTS, SearchConfig
 from ablate.files import read_json_object, write_json
 from ablate.search.storage import make_pruner, open_storage, trial_id
 
@@ -61,7 +61,7 @@ class PruningHook:
     def __call__(self, step: int, val_loss: float, flops: float) -> None:
         from optuna.exceptions import UpdateFinishedTrialError
 
-        from ablate.run.trainer import StopRun  # torch: only inside a trial's job
+        from ablate.run import StopRun  # torch: only inside a trial's job
 
         value = val_loss if math.isfinite(val_loss) else float("inf")
         try:

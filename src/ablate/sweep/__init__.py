@@ -4,6 +4,22 @@ callback.py  SweepCallback (Hydra): plan, parent MLflow run, live progress, summ
 context.py   SWEEP_DIR/sweep.json: what each job knows about its sweep
 plan.py      prepare + decide_all: every job's config, hash, cost and action before any job runs
 summary.py   summarize: the table, the plots and points.csv of a finished sweep
+prediction.py a prediction written before its run is trained, and the outcome beside it
+cost.py      what recorded sweeps cost in CPU time, by the value of a swept key
 study.py     recorded studies (experiments/NAME): run them and rebuild their README
 launch/      the launchers: process.py (local processes), worker.py (their job process), slurm.py (submitit)
 """
+
+from ablate.api import lazy_api
+
+__all__, __getattr__, __dir__ = lazy_api(
+    __name__,
+    {
+        "context": ("PROGRESS_FILE", "job_context", "read_sweep_file"),
+        "summary": ("OUTPUT_FILES",),
+        "study": ("load_study", "refresh", "run_analyses", "run_study", "run_target"),
+        "launch.feed": ("SlotLauncher",),
+        "launch.slurm": ("JOBS_FILE",),
+    },
+    modules=("callback", "prediction"),
+)

@@ -38,15 +38,13 @@ from hydra.experimental.callback import Callback
 from ablate.files import write_json
 from ablate.host import available_cores, process_alive
 from ablate.provenance import code_version
-from ablate.run.progress import SweepProgress, WatchedJob
+from ablate.run import SweepProgress, WatchedJob
 from ablate.sweep import plan as sweep_plan
 from ablate.sweep.context import LAUNCHES_FILE, SWEEP_FILE, read_sweep_file
 from ablate.sweep.launch.pool import Pool
 from ablate.sweep.launch.worker import can_fork
 from ablate.sweep.summary import summarize
-from ablate.tracking import views
-from ablate.tracking.store import ensure_experiment
-from ablate.tracking.tags import HOST_TAG, KIND_TAG, PID_TAG, REASON_TAG, SWEEP_TAG
+from ablate.tracking import HOST_TAG, KIND_TAG, PID_TAG, REASON_TAG, SWEEP_TAG, ensure_experiment, views
 
 if TYPE_CHECKING:
     from ablate.sweep.summary import SweepSummary

@@ -27,12 +27,8 @@ from pathlib import Path
 
 from ablate.config import ConfigError, UnsupportedError, budget, parse_run
 from ablate.model import accounting
-from ablate.run import checkpoint
-from ablate.run.decision import decide
-from ablate.run.lock import busy_with
-from ablate.tracking.runstore import existing_run
-from ablate.tracking.store import quiet_store_logs, sqlite_path
-from ablate.tracking.tags import CONFIG_HASH_TAG
+from ablate.run import busy_with, checkpoint, decide
+from ablate.tracking import CONFIG_HASH_TAG, existing_run, quiet_store_logs, sqlite_path
 
 
 @dataclass
@@ -101,7 +97,7 @@ def compose(loader, config, batch: list[list[str]], first_num: int = 0) -> list[
 def assess(jobs: list[PlannedJob]) -> list[PlannedJob]:
     """Each job's config hash, steps and FLOPs, from the checks its run will make (key); a job this
     machine cannot run is `unsupported` where its config allows skipping it."""
-    from ablate.run.branches import is_family  # torch, like the devices key() resolves
+    from ablate.run import is_family  # torch, like the devices key() resolves
 
     caches: dict = {}
     for job in jobs:
@@ -123,17 +119,17 @@ def key(cfg, caches: dict) -> tuple[str, int, float]:
     """(config hash, total steps, training FLOPs), from the same run/prepare.prepare a job runs (so
     every check a job would fail on fails here, before anything exists), with each distinct
     hardware and data config resolved and loaded once for the whole sweep."""
-    from ablate.run.prepare import prepare  # torch: the jobs' devices
+    from ablate.run import prepare  # torch: the jobs' devices
 
-    p = prepare(cfg, caches)
+    p = prepare.prepare(cfg, caches)
     tokens = p.total_steps * p.cfg.train.sequences_per_step * p.cfg.model.block_size
     return p.config_hash, p.total_steps, float(tokens * accounting.flops_per_token(p.cfg.model))
 
 
 def family_key(cfg, caches: dict) -> tuple[str, int, float, list[str]]:
     """(trunk's hash, steps of the trunk and the cooldowns, their FLOPs, the branches' hashes)."""
-    from ablate.model.optim import cooldown_start
-    from ablate.run.branches import with_budget
+    from ablate.model import cooldown_start
+    from ablate.run import with_budget
 
     unit, values = budget(cfg.train)
     members = [key(with_budget(cfg, unit, v), caches) for v in sorted(values)]

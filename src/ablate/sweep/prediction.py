@@ -27,12 +27,11 @@ from ablate.config import ConfigError
 from ablate.files import write_json
 from ablate.model import accounting
 from ablate.provenance import code_version
-from ablate.run.result import RunResult, bits_per_byte
-from ablate.scaling.predict import predict
-from ablate.scaling.reports.fitfile import load_fit
+from ablate.run import RunResult, bits_per_byte
+from ablate.scaling import load_fit, predict
 
 if TYPE_CHECKING:
-    from ablate.run.prepare import Prepared
+    from ablate.run import Prepared
 
 SCHEMA = "ablate.prediction/1"
 # trained_at: when the run ended; trained_from: when it began (both from its result.json), so
@@ -51,7 +50,7 @@ def make_prediction(prepared: Prepared, fit_path: Path, overrides: list[str], ou
     }
     flops = accounting.training_flops(cfg.model, tokens)
     N = counts[fit.params]
-    p = predict(fit.predictor, N=N, D=tokens, C=flops)
+    p = predict.predict(fit.predictor, N=N, D=tokens, C=flops)
     loss = p.loss
     bpt = prepared.data.bytes_per_token
     return {

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from ablate.config import CONF_DIR
 from ablate.files import read_json, save_figure, write_files
-from ablate.model.accounting import recorded_mfu
-from ablate.run.result import BRANCHES_DIR
+from ablate.model import recorded_mfu
+from ablate.run import BRANCHES_DIR
 
 # Override keys that set a run's size, and those that set how long it trains.
 SIZE_KEYS = ("model",)
@@ -205,7 +205,7 @@ def _compare_to_baseline(rows: list) -> None:
     finished one) with the same seed (train.seed swept: same data order and initialisation), so the
     difference is paired. Each arm (the runs that differ only in their seed) then gets the mean of its
     runs' differences with a Student's t 95% interval over the seeds (`val_loss_delta_ci95`)."""
-    from ablate.scaling.multiplier_paired import mean_interval  # scipy: a second to import
+    from ablate.scaling import mean_interval  # scipy: a second to import
 
     done = [r for r in rows if r.get("final_val_loss") is not None and r.get("kind") != "trunk"]
     base = next((r for r in done if r.get("precision") == "fp32"), done[0] if done else None)

@@ -5,5 +5,36 @@ runstore.py RunStore: a run's MLflow calls on plain data (the one place that bui
 agent.py    the same calls made by a process beside the run, which imports MLflow while the run starts
 store.py    ensure_experiment (create once before fanning out), client_for (an existing store only)
 tags.py     every tag and key name this project writes and reads
+views.py    latest_views: a sweep's validation loss against FLOPs as a view in MLflow's UI
 spool.py    sync_file: deliver a run spooled during an outage
 """
+
+from ablate.api import lazy_api
+
+__all__, __getattr__, __dir__ = lazy_api(
+    __name__,
+    {
+        "tracker": ("Tracker", "make_tracker"),
+        "runstore": ("ExistingRun", "existing_run"),
+        "agent": ("mlflow_modules",),
+        "store": ("check_store", "client_for", "ensure_experiment", "quiet_store_logs", "sqlite_path"),
+        "tags": (
+            "CONFIG_HASH_TAG",
+            "DATA_TAG",
+            "FIT_STATUS_TAG",
+            "FIT_VERDICT_TAG",
+            "FORK_TAG",
+            "HOST_TAG",
+            "KIND_TAG",
+            "OWNER_TAG",
+            "PID_TAG",
+            "REASON_TAG",
+            "RESUMED_TAG",
+            "SWEEP_TAG",
+            "TRUNK_KIND",
+        ),
+        "spool": ("sync_file",),
+        "views": ("latest_views",),
+    },
+    modules=("agent", "views"),
+)

@@ -36,7 +36,7 @@ from ablate.config import SubmititSettings
 from ablate.files import write_json
 from ablate.sweep.context import read_sweep_file
 from ablate.sweep.launch.feed import JobFeed
-from ablate.tracking.tags import REASON_TAG, SWEEP_TAG
+from ablate.tracking import REASON_TAG, SWEEP_TAG
 
 JOBS_FILE = "jobs.json"
 LOG_LINK = "slurm.log"

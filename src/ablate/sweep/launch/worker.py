@@ -64,7 +64,7 @@ from ablate.host import die_with_parent, flush_std_streams, import_available, in
 from ablate.sweep.context import USAGE_FILE
 from ablate.sweep.launch.job import run_here
 from ablate.sweep.launch.returns import to_json
-from ablate.tracking.agent import mlflow_modules
+from ablate.tracking import mlflow_modules
 
 # What a job imports (a job's usage.json lists what it still had to import); loaded here once so
 # that no job pays for it. A name this torch or Hydra does not have is skipped. The command's own
