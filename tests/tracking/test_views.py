@@ -1,6 +1,6 @@
 """tracking/views.py and the experiment tags of store.py: what MLflow's UI reads from the server.
 
-The UI itself is exercised in tests/cli/test_ui_chart.py (a real server and browser); these tests
+The UI itself is exercised in tests/cli/test_mlflow_ui.py (a real server and browser); these tests
 check the stored documents against the shapes MLflow 3.17's UI reads (its saved-view envelope,
 page state keys, group ids)."""
 
@@ -11,7 +11,14 @@ from mlflow.tracking import MlflowClient
 
 from ablate.tracking import views
 from ablate.tracking.store import ensure_experiment
-from ablate.tracking.tags import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND, NOTE_TAG, SHARED_VIEW_PREFIX, SWEEP_TAG
+from ablate.tracking.tags import (
+    EXPERIMENT_KIND_TAG,
+    KIND_TAG,
+    MODEL_TRAINING_KIND,
+    NOTE_TAG,
+    SHARED_VIEW_PREFIX,
+    SWEEP_TAG,
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,48 +53,106 @@ def test_an_existing_experiment_gets_the_kind_unless_someone_chose_one(store, na
     assert client.get_experiment(eid).tags.get(EXPERIMENT_KIND_TAG) == after
 
 
-def test_the_view_groups_the_sweeps_runs_and_plots_val_loss_against_flops():
+def test_an_ended_view_charts_the_curve_on_a_log_flops_axis_without_the_parent():
     state = views.view_state(["s1", "s2"], ["a" * 32, "b" * 32])
     assert state["searchFilter"] == f"attributes.run_id IN ('{'a' * 32}', '{'b' * 32}')"
-    assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": SWEEP_TAG}]
-    assert state["groupsExpanded"] == {f"tag.{SWEEP_TAG}.s1": True, f"tag.{SWEEP_TAG}.s2": True}
-    assert state["useGroupedValuesInCharts"] is False and state["runsHiddenMode"] == "SHOW_ALL"
+    assert state["groupBy"] is None and state["useGroupedValuesInCharts"] is False  # one line per run
+    assert state["runsHiddenMode"] == "SHOW_ALL" and state["runListHidden"] is True
+    # ordered by start time the page would fetch the runs' parents and nest the runs under them
+    assert state["orderByKey"] != "attributes.start_time"
     (chart,) = state["compareRunCharts"]
-    assert (chart["type"], chart["metricKey"], chart["xAxisKey"], chart["selectedXAxisMetricKey"]) == (
+    assert (chart["type"], chart["metricKey"], chart["xAxisKey"], chart["xAxisScaleType"], chart["scaleType"]) == (
         "LINE",
-        "val/loss",
-        "metric",
-        "flops",
+        views.CURVE,
+        "step",  # MLflow 3.17 draws a log x-axis for steps only
+        "log",
+        "log",
     )
     assert chart["metricSectionId"] == state["compareRunSections"][0]["uuid"]
-    # while the sweep runs, its runs are found by its tag
-    assert views.view_state(["s1"])["searchFilter"] == f"tags.`{SWEEP_TAG}` = 's1'"
+    assert state["compareRunSections"][0]["columns"] == 1  # the legend as wide as the page
 
 
-def test_a_saved_view_is_an_experiment_tag_in_the_uis_envelope_and_selects_the_runs(store, name):
+def test_while_the_sweep_runs_its_view_finds_its_runs_by_tag_and_charts_val_loss_against_the_flops_metric():
+    state = views.view_state(["s1"])
+    assert state["searchFilter"] == f"tags.`{SWEEP_TAG}` = 's1' AND tags.`{KIND_TAG}` IS NULL"
+    (chart,) = state["compareRunCharts"]
+    assert (chart["metricKey"], chart["xAxisKey"], chart["selectedXAxisMetricKey"]) == ("val/loss", "metric", "flops")
+
+
+def test_a_saved_view_is_an_experiment_tag_in_the_uis_envelope_and_selects_the_runs_not_the_parent(store, name):
     client = MlflowClient(store)
     eid = ensure_experiment(store, name)
-    parent = client.create_run(eid, tags={SWEEP_TAG: "sw-1"}).info.run_id
+    parent = client.create_run(eid, tags={SWEEP_TAG: "sw-1", KIND_TAG: "sweep"}).info.run_id
     kids = [client.create_run(eid, tags={SWEEP_TAG: "sw-1", "mlflow.parentRunId": parent}).info.run_id for _ in "ab"]
     client.create_run(eid, tags={SWEEP_TAG: "other"})
-    link = views.save_sweep_view(client, eid, "sw-1", "sweep precision", ["sw-1"], [parent, *kids])
+    live = views.save_sweep_view(client, eid, "sw-1", "sweep precision", ["sw-1"])
+    state = json.loads(json.loads(client.get_experiment(eid).tags[SHARED_VIEW_PREFIX + "sw-1"])["state"])
+    found = client.search_runs([eid], filter_string=state["searchFilter"])
+    assert {r.info.run_id for r in found} == set(kids)  # the filter MLflow's search accepts, the parent left out
+    runs = [views.SweepRun(k, f"train.seed={i}", {"train.seed": str(i)}) for i, k in enumerate(kids)]
+    link = views.save_sweep_view(client, eid, "sw-1", "sweep precision", ["sw-1"], runs)
     assert (
-        link == f"#/experiments/{eid}/runs?workflowType=machine_learning&compareRunsMode=CHART&viewStateShareKey=sw-1"
+        link
+        == live
+        == (f"#/experiments/{eid}/runs?workflowType=machine_learning&compareRunsMode=CHART&viewStateShareKey=sw-1")
     )
     envelope = json.loads(client.get_experiment(eid).tags[SHARED_VIEW_PREFIX + "sw-1"])
     assert envelope["name"] == "sweep precision" and envelope["createdAt"] <= envelope["updatedAt"]
     state = json.loads(envelope["state"])
     found = client.search_runs([eid], filter_string=state["searchFilter"])
-    assert {r.info.run_id for r in found} == {parent, *kids}  # the filter MLflow's search accepts
+    assert {r.info.run_id for r in found} == set(kids)
     assert ("sweep precision", link) in [v[:2] for v in views.latest_views(client)]
+
+
+def test_the_curve_is_val_loss_at_step_flops_and_logging_it_again_adds_nothing(store, name):
+    client = MlflowClient(store)
+    run_id = client.create_run(ensure_experiment(store, name)).info.run_id
+    for step, loss, flops in ((10, 3.1, 4.2e9), (20, 3.0, 8.4e9)):
+        client.log_metric(run_id, "val/loss", loss, step=step)
+        client.log_metric(run_id, "flops", flops, step=step)
+    client.log_metric(run_id, "flops", 12.6e9, step=30)  # a step without val/loss: no point
+    assert views.log_curves(client, [run_id]) == []
+    views.log_curves(client, [run_id])
+    curve = [(m.step, m.value) for m in client.get_metric_history(run_id, views.CURVE)]
+    assert sorted(curve) == [(4_200_000_000, 3.1), (8_400_000_000, 3.0)]
+
+
+def test_a_run_past_an_int64_of_flops_gets_no_curve(store, name):
+    client = MlflowClient(store)
+    run_id = client.create_run(ensure_experiment(store, name)).info.run_id
+    client.log_metric(run_id, "val/loss", 2.0, step=1)
+    client.log_metric(run_id, "flops", 1e19, step=1)
+    assert views.log_curves(client, [run_id]) == [run_id]
+    assert client.get_metric_history(run_id, views.CURVE) == []
+
+
+def test_the_legend_lists_every_run_until_they_overflow_its_two_lines_then_groups_by_the_swept_key():
+    few = [views.SweepRun(f"{i:032x}", f"train.seed={i}", {"train.seed": str(i)}) for i in range(3)]
+    assert views.legend_groups(few) == []
+    models = (("nano", "32"), ("micro", "64"), ("tiny", "128"))
+    many = [
+        views.SweepRun(
+            f"{m}{s}", f"model={m} train.seed={s}", {"model.name": m, "model.n_embd": e, "train.seed": str(s)}
+        )
+        for (m, e) in models
+        for s in range(4)
+    ]
+    assert not views.legend_fits([f"{r.name} ({views.CURVE})" for r in many])
+    assert views.legend_groups(many) == ["model.n_embd"]  # 3 values; the seeds' 4 come last anyway
+    state = views.view_state(["s"], [r.run_id for r in many], group_by=["model.n_embd"])
+    assert state["groupBy"]["groupByKeys"] == [{"mode": "param", "groupByData": "model.n_embd"}]
+    assert state["useGroupedValuesInCharts"] is True  # one line and one legend entry per group
+    seeds_only = [views.SweepRun(f"{i:032x}", f"train.seed={i}", {"train.seed": str(i)}) for i in range(40)]
+    assert views.legend_groups(seeds_only) == []  # a group per run would list them all again
 
 
 def test_too_many_runs_to_list_fall_back_to_the_sweep_tag(store, name):
     client = MlflowClient(store)
     eid = ensure_experiment(store, name)
-    views.save_sweep_view(client, eid, "big", "big sweep", ["big"], [f"{i:032x}" for i in range(600)])
+    runs = [views.SweepRun(f"{i:032x}", f"train.seed={i}", {"train.seed": str(i)}) for i in range(600)]
+    views.save_sweep_view(client, eid, "big", "big sweep", ["big"], runs)
     state = json.loads(json.loads(client.get_experiment(eid).tags[SHARED_VIEW_PREFIX + "big"])["state"])
-    assert state["searchFilter"] == f"tags.`{SWEEP_TAG}` = 'big'"
+    assert state["searchFilter"] == f"tags.`{SWEEP_TAG}` = 'big' AND tags.`{KIND_TAG}` IS NULL"
 
 
 def test_the_description_links_the_newest_sweep_first_and_keeps_the_earlier_ones(store, name):
@@ -102,6 +167,51 @@ def test_the_description_links_the_newest_sweep_first_and_keeps_the_earlier_ones
     views.save_sweep_view(client, eid, "s1", "sweep a", ["s1"])  # relaunched: back on top, listed once
     note = client.get_experiment(eid).tags[NOTE_TAG]
     assert f"]({first})" in note.splitlines()[0] and note.count(f"]({first})") == 1
+
+
+def test_the_description_reads_as_plain_words_where_the_ui_shows_it_raw(store, name):
+    client = MlflowClient(store)
+    eid = ensure_experiment(store, name)
+    url = views.save_sweep_view(client, eid, "s1", "sweep a, 2026-12-02 13:23", ["s1"])
+    note = client.get_experiment(eid).tags[NOTE_TAG]
+    # the experiments list shows the description unrendered: words first, no emphasis marks
+    assert note == f"Latest sweep, val/loss against FLOPs of every run: [sweep a, 2026-12-02 13:23]({url})"
+    assert "*" not in note and "_" not in note.split("](")[0]
+
+
+def test_a_description_written_the_former_way_is_rewritten_with_its_sweeps(store, name):
+    client = MlflowClient(store)
+    eid = ensure_experiment(store, name)
+    old = "#/experiments/1/runs?viewStateShareKey=old"
+    client.set_experiment_tag(eid, NOTE_TAG, f"**Latest sweep:** [sweep z: val/loss against FLOPs, every run]({old})")
+    views.save_sweep_view(client, eid, "s1", "sweep a", ["s1"])
+    top, _, earlier = client.get_experiment(eid).tags[NOTE_TAG].splitlines()
+    assert top.startswith(views.LATEST) and earlier == f"Earlier sweeps: [sweep z]({old})"
+
+
+def test_the_swept_params_are_the_numbers_the_runs_differ_in():
+    runs = [
+        {"optim.lr": "0.001", "train.seed": "0", "model.name": "nano", "derived.params": "10", "model.n_embd": "32"},
+        {"optim.lr": "0.003", "train.seed": "0", "model.name": "tiny", "derived.params": "20", "model.n_embd": "64"},
+    ]
+    assert views.swept_params(runs) == ["model.n_embd", "optim.lr"]  # not a string, a constant or derived.*
+    assert views.swept_params(runs[:1]) == [] and views.swept_params([]) == []
+
+
+def test_an_ended_sweeps_view_adds_a_parallel_coordinates_chart_of_its_swept_params(store, name):
+    client = MlflowClient(store)
+    eid = ensure_experiment(store, name)
+    runs = [
+        views.SweepRun(f"{i:032x}", f"optim.lr={lr}", {"optim.lr": lr, "model.n_embd": e, "model.name": m})
+        for i, (lr, e, m) in enumerate((("0.001", "32", "nano"), ("0.003", "64", "micro")))
+    ]
+    views.save_sweep_view(client, eid, "sw-p", "search lr", ["sw-p"], runs)
+    state = json.loads(json.loads(client.get_experiment(eid).tags[SHARED_VIEW_PREFIX + "sw-p"])["state"])
+    line, parallel = state["compareRunCharts"]
+    assert line["uuid"] == views.CHART_UUID and parallel["type"] == "PARALLEL"
+    assert parallel["selectedParams"] == ["model.n_embd", "optim.lr"] and parallel["selectedMetrics"] == ["val/loss"]
+    assert parallel["metricSectionId"] == state["compareRunSections"][0]["uuid"]
+    assert len(views.view_state(["s1"])["compareRunCharts"]) == 1  # while it runs: the line chart alone
 
 
 def test_a_description_someone_wrote_is_left_alone(store, name):

@@ -50,7 +50,7 @@ def server_env() -> dict:
 
 
 def latest_chart(uri: str, base: str) -> str | None:
-    """A line naming the newest sweep's chart and its address, or None when the store has none."""
+    """Lines naming the newest sweep's experiment page and chart, with their addresses; None when the store has none."""
 
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
@@ -60,8 +60,11 @@ def latest_chart(uri: str, base: str) -> str | None:
     found = latest_views(MlflowClient(tracking_uri=uri))
     if not found:
         return None
-    name, link, _ = found[0]
-    return f"latest: {name}: val/loss against FLOPs, every run\n  {base}/{link}"
+    name, link, _, page = found[0]
+    return (
+        f"open:   {base}/{page}   (its runs, in MLflow's model-training layout)\n"
+        f"latest: {name}: val/loss against FLOPs, every run\n  {base}/{link}"
+    )
 
 
 LOOPBACK_NAMES = ("localhost",)

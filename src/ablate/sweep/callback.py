@@ -325,8 +325,8 @@ def finish_parent_run(info: dict, summary: SweepSummary) -> None:
 
 
 def save_view(client, info: dict, summary: SweepSummary) -> None:
-    """The sweep's saved view in the MLflow UI, now by run id: runs skipped or resumed from an
-    earlier launch carry that launch's sweep tag, so the view groups by every tag among them."""
+    """The sweep's saved view in the MLflow UI, now by run id (its parent left out): runs skipped or
+    resumed from an earlier launch carry that launch's sweep tag, so the view names every tag among them."""
 
     trained = dict.fromkeys(r["mlflow_run_id"] for r in summary.rows if r.get("mlflow_run_id"))
     run_ids = [info["parent_run_id"], *trained]
@@ -335,7 +335,10 @@ def save_view(client, info: dict, summary: SweepSummary) -> None:
     )
     sweep_ids = [s for s in dict.fromkeys([info["sweep_id"], *(r.data.tags.get(SWEEP_TAG) for r in found)]) if s]
     name = info.get("view_name") or f"sweep {info.get('name', 'sweep')}"
-    views.save_sweep_view(client, info["experiment_id"], info["sweep_id"], name, sweep_ids, run_ids)
+    runs = [views.SweepRun(r.info.run_id, r.info.run_name, r.data.params) for r in found]
+    runs = [r for r in runs if r.run_id != info["parent_run_id"]]
+    views.log_curves(client, [r.run_id for r in runs])
+    views.save_sweep_view(client, info["experiment_id"], info["sweep_id"], name, sweep_ids, runs)
 
 
 def close_parent_run(info: dict, status: str, reason: str = "") -> None:

@@ -6,17 +6,26 @@ browser's local storage. The chart layouts the server stores are saved views: an
 "state"}, "state" being the JSON of the page's search facets and UI state. The page lists them
 under "Views" and opens one at `#/experiments/<id>/runs?viewStateShareKey=<view id>`.
 
-What the view written here holds, and why:
-- the sweep's runs, by id (or by sweep tag while it runs), grouped by their sweep tag with the
-  groups expanded and one line per run (useGroupedValuesInCharts=false): the UI nests a sweep's
-  runs under their parent, collapsed, and a saved view cannot expand a parent (runsExpanded is
-  left out of saved views), while grouping lists every run;
-- every run shown (runsHiddenMode SHOW_ALL; the default shows the first 10 rows);
-- one full-width chart of `val/loss` with the metric `flops` as its x-axis (both are logged at
-  the same steps, see tracking.tracker); the other line charts use `flops` too. A metric x-axis is
-  linear in 3.17: the UI's log scale works only for steps.
-The experiment's description (tag mlflow.note.content), shown at the top of its page, links each
-sweep's view, newest first: one click from the experiment page. Links carry
+What MLflow 3.17.2's UI honours, read from its bundle (mlflow/server/js/build/static/js):
+- a line chart's `xAxisScaleType: "log"` only when its `xAxisKey` is "step" (LineChart's x-axis
+  type is "log" iff key == step and scale == log); a metric x-axis is always linear. So a run's
+  val/loss is also kept as the metric CURVE, logged at step = its FLOPs (an int64; MLflow steps
+  are), and the ended view charts CURVE against step on a log axis;
+- the legend: one entry per drawn line, "<run name> (<metric>)", in a strip two lines high
+  (32 px, RunsMetricsLegendWrapper) that scrolls beyond them; entries are cut only to the card's
+  width. So the chart is one full row (`columns: 1`) and the run list is hidden (runListHidden),
+  and where the entries would not fit in the strip the runs are grouped by a swept param
+  (groupBy with useGroupedValuesInCharts: one line, and one entry, per group);
+- run selection: the search filter; runsExpanded/runsHidden are left out of saved views. The
+  sweep's parent run (ablate.kind=sweep) has no metrics and is left out by the filter
+  (`tags.ablate.kind IS NULL` while it runs, run ids once it ended); its runs then list flat;
+- every run shown: runsHiddenMode SHOW_ALL (the default draws the first 10 rows).
+While the sweep runs the view charts val/loss against the metric `flops` (linear; CURVE is
+written when the sweep ends); once it ended, CURVE on log axes, and a parallel-coordinates chart
+of the numeric params its runs differ in against val/loss (swept_params).
+The experiment's description (tag mlflow.note.content) is rendered as markdown on the
+experiment's page and shown raw in the experiments lists, so it is plain words with one markdown
+link (no emphasis marks): each sweep's view, newest first. Links carry
 workflowType=machine_learning because 3.17's UI picks its GenAI or model-training layout from a
 toggle kept in the browser, whatever the experiment's mlflow.experimentKind tag says.
 """
@@ -26,15 +35,28 @@ from __future__ import annotations
 import json
 import re
 import time
+from typing import NamedTuple
 
-from ablate.tracking.tags import NOTE_TAG, SHARED_VIEW_PREFIX, SWEEP_TAG
+from ablate.tracking.tags import KIND_TAG, NOTE_TAG, SHARED_VIEW_PREFIX, STEP_KEY, SWEEP_TAG
 
 # MLflow's limit on an experiment tag's value; past it the view selects runs by sweep tag.
 MAX_TAG_VALUE = 20_000
 SECTION = "val"  # the chart's section: the val/* metrics MLflow adds later land beside it
-LATEST = "**Latest sweep:**"  # how the description this module writes begins
-CHART_SUFFIX = ": val/loss against FLOPs, every run"
+LATEST = "Latest sweep, val/loss against FLOPs of every run:"  # how the description this module writes begins
+# How the description began before it was plain words; its links' names ended with the suffix.
+FORMER_LATEST, FORMER_SUFFIX = "**Latest sweep:**", ": val/loss against FLOPs, every run"
+CHART_UUID = "ablate-val-loss-vs-flops"
 MAX_LISTED = 10
+CURVE = "val/loss by FLOPs"  # val/loss logged at step = training FLOPs, for the log x-axis
+MAX_STEP = 2**63 - 1  # MLflow's step is an int64
+SEED_KEY = "train.seed"
+# The legend strip: two lines of entries across the card. Its width is the full-row card's at a
+# 1400-px-wide window with MLflow's assistant panel open; an entry is a 24 px swatch, 4 + 16 px
+# margins and its label at about 7 px a character (12 px sans-serif).
+LEGEND_ROWS = 2
+LEGEND_WIDTH_PX = 760
+ENTRY_PX = 44
+CHAR_PX = 7
 
 
 def view_id(sweep_id: str) -> str:
@@ -42,21 +64,30 @@ def view_id(sweep_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", sweep_id)
 
 
+def experiment_link(experiment_id: str) -> str:
+    """The experiment's runs page in the model-training layout (append it to http://HOST:PORT/):
+    without workflowType a fresh browser lands on the GenAI overview, whatever the experiment's kind."""
+    return f"#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
 def link(experiment_id: str, vid: str) -> str:
     """The chart's address inside the UI (append it to http://HOST:PORT/)."""
-    return (
-        f"#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-        f"&compareRunsMode=CHART&viewStateShareKey={vid}"
-    )
+    return f"{experiment_link(experiment_id)}&compareRunsMode=CHART&viewStateShareKey={vid}"
 
 
-def view_state(sweep_ids: list[str], run_ids: list[str] | None = None) -> dict:
-    """The page state of the view: which runs, grouped how, and the chart (module doc)."""
+def view_state(
+    sweep_ids: list[str],
+    run_ids: list[str] | None = None,
+    swept: list[str] | None = None,
+    group_by: list[str] | None = None,
+) -> dict:
+    """The page state of the view (module doc). With `run_ids` the sweep has ended: CURVE on log
+    axes and, given `swept`, the parallel-coordinates chart; `group_by`: params to group the runs by."""
     if run_ids:
         quoted = ", ".join(f"'{r}'" for r in run_ids)
         search = f"attributes.run_id IN ({quoted})"
     else:
-        search = " OR ".join(f"tags.`{SWEEP_TAG}` = '{s}'" for s in sweep_ids)
+        search = " OR ".join(f"tags.`{SWEEP_TAG}` = '{s}'" for s in sweep_ids) + f" AND tags.`{KIND_TAG}` IS NULL"
     section = {
         "uuid": "ablate-val",
         "name": SECTION,
@@ -64,21 +95,58 @@ def view_state(sweep_ids: list[str], run_ids: list[str] | None = None) -> dict:
         "isReordered": True,
         "deleted": False,
         "isGenerated": True,
-        "columns": 1,  # one chart across the whole width, tall enough for every run's legend entry
+        "columns": 1,  # one chart across the whole width, its legend as wide as the page
         "cardHeight": 560,
     }
-    chart = {
-        "uuid": "ablate-val-loss-vs-flops",
+    charts = [loss_chart(section["uuid"], ended=bool(run_ids))]
+    if run_ids and swept:
+        charts.append(parallel_chart(section["uuid"], swept))
+    grouping = None
+    if group_by:
+        grouping = {
+            "aggregateFunction": "average",
+            "groupByKeys": [{"mode": "param", "groupByData": k} for k in group_by],
+        }
+    return {
+        "searchFilter": search,
+        # Ordered by start time (or unordered and unfiltered) the page also fetches the runs'
+        # parents and nests the runs under them, collapsed; by name it lists just the runs found.
+        "orderByKey": "tags.`mlflow.runName`",
+        "orderByAsc": True,
+        "runsHiddenMode": "SHOW_ALL",
+        "groupBy": grouping,
+        "useGroupedValuesInCharts": bool(group_by),
+        "runListHidden": True,
+        "globalLineChartConfig": {"xAxisKey": "metric", "selectedXAxisMetricKey": STEP_KEY, "lineSmoothness": 0},
+        "compareRunSections": [section],
+        "compareRunCharts": charts,
+        "isAccordionReordered": True,
+        "hideEmptyCharts": True,
+    }
+
+
+def loss_chart(section_id: str, ended: bool) -> dict:
+    """val/loss against training FLOPs: CURVE against its step (FLOPs) on log axes once the sweep
+    ended, val/loss against the metric flops (a linear axis) while it runs."""
+    x_axis = (
+        {"metricKey": CURVE, "xAxisKey": "step", "selectedXAxisMetricKey": "", "xAxisScaleType": "log"}
+        if ended
+        else {
+            "metricKey": "val/loss",
+            "xAxisKey": "metric",
+            "selectedXAxisMetricKey": STEP_KEY,
+            "xAxisScaleType": "linear",
+        }
+    )
+    return {
+        "uuid": CHART_UUID,
         "type": "LINE",
         "runsCountToCompare": 1000,
-        "metricSectionId": section["uuid"],
+        "metricSectionId": section_id,
         "deleted": False,
         "isGenerated": True,
-        "displayName": "val/loss against training FLOPs",
-        "metricKey": "val/loss",
-        "xAxisKey": "metric",
-        "selectedXAxisMetricKey": "flops",
-        "xAxisScaleType": "linear",
+        "displayName": "val/loss against training FLOPs" + (" (x: FLOPs, log)" if ended else ""),
+        **x_axis,
         "scaleType": "log",
         "lineSmoothness": 0,
         "range": {},
@@ -88,34 +156,107 @@ def view_state(sweep_ids: list[str], run_ids: list[str] | None = None) -> dict:
         "useGlobalXaxisKey": False,
         "useGlobalLineSmoothing": False,
     }
+
+
+def parallel_chart(section_id: str, swept: list[str]) -> dict:
+    """MLflow's parallel-coordinates card: one axis per param, then the metric."""
     return {
-        "searchFilter": search,
-        "orderByKey": "attributes.start_time",
-        "orderByAsc": True,
-        "runsHiddenMode": "SHOW_ALL",
-        "groupBy": {"aggregateFunction": "min", "groupByKeys": [{"mode": "tag", "groupByData": SWEEP_TAG}]},
-        "groupsExpanded": {f"tag.{SWEEP_TAG}.{s}": True for s in sweep_ids},
-        "useGroupedValuesInCharts": False,
-        "globalLineChartConfig": {"xAxisKey": "metric", "selectedXAxisMetricKey": "flops", "lineSmoothness": 0},
-        "compareRunSections": [section],
-        "compareRunCharts": [chart],
-        "isAccordionReordered": True,
-        "hideEmptyCharts": True,
+        "uuid": "ablate-swept-params-vs-val-loss",
+        "type": "PARALLEL",
+        "runsCountToCompare": 1000,
+        "metricSectionId": section_id,
+        "deleted": False,
+        "isGenerated": True,
+        "displayName": "the swept params against val/loss",
+        "selectedParams": swept,
+        "selectedMetrics": ["val/loss"],
     }
 
 
+def swept_params(params: list[dict]) -> list[str]:
+    """The params that a sweep's runs (their params dicts) set differently, each a number in every run;
+    the derived.* ones follow from the others and are left out."""
+    return [k for k in differing(params) if all(_number(p[k]) for p in params)]
+
+
+def differing(params: list[dict]) -> list[str]:
+    """The params, derived.* left out, that the runs set differently, sorted."""
+    if len(params) < 2:
+        return []
+    keys = set.intersection(*(set(p) for p in params))
+    return sorted(k for k in keys if not k.startswith("derived.") and len({p[k] for p in params}) > 1)
+
+
+def legend_fits(labels: list[str], width_px: int = LEGEND_WIDTH_PX, rows: int = LEGEND_ROWS) -> bool:
+    """Whether entries with these labels, laid out as the legend wraps them, fill at most `rows` lines."""
+    used, lines = 0, 1
+    for label in labels:
+        entry = ENTRY_PX + CHAR_PX * len(label)
+        if used and used + entry > width_px:
+            lines, used = lines + 1, 0
+        used += entry
+    return lines <= rows
+
+
+def legend_groups(runs: list[SweepRun]) -> list[str]:
+    """The params to group the runs by in the chart: none when every run's entry fits in the
+    legend, else the swept param with the fewest values (seeds last: a group of seeds is one
+    configuration, its spread the band around the line)."""
+    if legend_fits([f"{r.name} ({CURVE})" for r in runs]):
+        return []
+    params = [r.params for r in runs]
+    keys = [k for k in differing(params) if len({p[k] for p in params}) < len(runs)]  # a group holds two runs or more
+    if not keys:
+        return []
+    return [min(keys, key=lambda k: (k == SEED_KEY, len({p[k] for p in params}), k))]
+
+
+def log_curves(client, run_ids: list[str]) -> list[str]:
+    """Log each run's val/loss as CURVE at step = the flops logged at the same step (module doc);
+    logging again adds nothing (MLflow skips a point it has). Returns the runs left out: FLOPs past
+    an int64."""
+    from mlflow.entities import Metric
+
+    skipped = []
+    for run_id in run_ids:
+        flops = {m.step: m.value for m in client.get_metric_history(run_id, STEP_KEY)}
+        loss = client.get_metric_history(run_id, "val/loss")
+        points = [(m, round(flops[m.step])) for m in loss if m.step in flops]
+        if any(step > MAX_STEP for _, step in points):
+            skipped.append(run_id)
+            continue
+        metrics = [Metric(CURVE, m.value, m.timestamp, step) for m, step in points]
+        for start in range(0, len(metrics), 1000):  # MLflow's limit of metrics in one batch
+            client.log_batch(run_id, metrics=metrics[start : start + 1000])
+    return skipped
+
+
+class SweepRun(NamedTuple):
+    """One run of an ended sweep, as its view needs it."""
+
+    run_id: str
+    name: str
+    params: dict
+
+
 def save_sweep_view(
-    client, experiment_id: str, sweep_id: str, name: str, sweep_ids: list[str], run_ids: list[str] | None = None
+    client, experiment_id: str, sweep_id: str, name: str, sweep_ids: list[str], runs: list[SweepRun] | None = None
 ) -> str:
     """Write (or rewrite) the sweep's saved view and list it in the experiment's description.
-    Returns the view's link (see `link`)."""
+    `runs`: the ended sweep's runs, its parent left out, their CURVE logged (log_curves); None
+    while it runs. Returns the view's link (see `link`)."""
     vid = view_id(sweep_id)
     key = SHARED_VIEW_PREFIX + vid
     experiment = client.get_experiment(experiment_id)
     created = _created_at(experiment.tags.get(key))
     now = int(time.time() * 1000)
-    value = _envelope(name, created or now, now, view_state(sweep_ids, run_ids))
-    if run_ids and len(value) > MAX_TAG_VALUE:  # too many runs to list by id: select them by sweep tag
+    if runs:
+        run_ids = [r.run_id for r in runs]
+        chosen = {"swept": swept_params([r.params for r in runs]), "group_by": legend_groups(runs)}
+        value = _envelope(name, created or now, now, view_state(sweep_ids, run_ids, **chosen))
+        if len(value) > MAX_TAG_VALUE:  # too many runs to list by id: select them by sweep tag
+            value = _envelope(name, created or now, now, view_state(sweep_ids, **chosen))
+    else:
         value = _envelope(name, created or now, now, view_state(sweep_ids))
     client.set_experiment_tag(experiment_id, key, value)
     url = link(experiment_id, vid)
@@ -129,18 +270,18 @@ def describe(current: str, name: str, url: str) -> str | None:
     """The experiment description: this sweep's link on its first line (the page shows only the
     first line until it is expanded), earlier sweeps below. None leaves a description that someone
     else wrote untouched."""
-    if current and not current.startswith(LATEST):
+    if current and not current.startswith((LATEST, FORMER_LATEST)):
         return None
-    earlier = [m for m in re.findall(r"\[([^\]]+)\]\((#[^)]+)\)", current) if m[1] != url]
-    earlier = [(n.removesuffix(CHART_SUFFIX), u) for n, u in earlier][: MAX_LISTED - 1]
-    lines = [f"{LATEST} [{name}{CHART_SUFFIX}]({url})"]
-    if earlier:
-        lines += ["", "Earlier sweeps: " + " · ".join(f"[{n}]({u})" for n, u in earlier)]
+    found = re.findall(r"\[([^\]]+)\]\((#[^)]+)\)", current)
+    earlier = [(n.removesuffix(FORMER_SUFFIX), u) for n, u in found if u != url]
+    lines = [f"{LATEST} [{name}]({url})"]
+    if earlier[: MAX_LISTED - 1]:
+        lines += ["", "Earlier sweeps: " + " · ".join(f"[{n}]({u})" for n, u in earlier[: MAX_LISTED - 1])]
     return "\n".join(lines)
 
 
-def latest_views(client) -> list[tuple[str, str, int]]:
-    """Every saved view this project wrote, newest first: [(name, link, updatedAt ms)]."""
+def latest_views(client) -> list[tuple[str, str, int, str]]:
+    """Every saved view this project wrote, newest first: [(name, link, updatedAt ms, its experiment's link)]."""
     found = []
     for experiment in client.search_experiments(max_results=1000):
         for key, value in experiment.tags.items():
@@ -151,10 +292,19 @@ def latest_views(client) -> list[tuple[str, str, int]]:
                 state = json.loads(envelope["state"])
             except (ValueError, KeyError, TypeError):
                 continue
-            if any(c.get("uuid") == "ablate-val-loss-vs-flops" for c in state.get("compareRunCharts") or []):
+            if any(c.get("uuid") == CHART_UUID for c in state.get("compareRunCharts") or []):
                 vid = key[len(SHARED_VIEW_PREFIX) :]
-                found.append((envelope["name"], link(experiment.experiment_id, vid), int(envelope["updatedAt"])))
+                eid = experiment.experiment_id
+                found.append((envelope["name"], link(eid, vid), int(envelope["updatedAt"]), experiment_link(eid)))
     return sorted(found, key=lambda v: -v[2])
+
+
+def _number(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _envelope(name: str, created: int, updated: int, state: dict) -> str:
