@@ -197,6 +197,7 @@ BAD_INPUT = [
     ("backtest", ["points=RAGGED"], "line 3 has 2 fields and the header 4"),
     ("compare", ["points=RAGGED", "baseline=a"], "line 3 has 2 fields and the header 4"),
     ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=NEGALPHA"], "params.alpha is -0.3"),
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=HUGEALPHA"], "params.alpha is 1e+300"),
     ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=BADRANGE"], "data.N has min"),
     ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=WRONGTYPES"], "is malformed"),
     ("predict", ["--outcome", "BROKENRUN", "out=MISSING/prediction.json"], "is not a run's result"),
@@ -285,6 +286,7 @@ INPUTS = {
     "DIR": lambda p: (p / "somedir").mkdir(),
     "RAGGED": lambda p: (p / "ragged.csv").write_text("params,tokens,loss,arm\n1e6,1e8,3.0,a\n2e6,1e8\n"),
     "NEGALPHA": lambda p: _fit_json(p / "negalpha.json", {**FIT_LAW, "alpha": -0.3}),
+    "HUGEALPHA": lambda p: _fit_json(p / "hugealpha.json", {**FIT_LAW, "alpha": 1e300}),
     "BADRANGE": lambda p: _fit_json(p / "badrange.json", data={**FIT_DATA, "N": {"min": 1e8, "max": 1e6}}),
     "WRONGTYPES": lambda p: _fit_json(p / "wrongtypes.json", data={**FIT_DATA, "C": {"min": "big", "max": []}}),
     "BROKENRUN": lambda p: (p / "run").mkdir() or (p / "run" / "result.json").write_text('{"status": "fini'),
@@ -310,7 +312,7 @@ INPUT_NAMES = {
     "RAGGED": "ragged.csv", "NEGALPHA": "negalpha.json", "BADRANGE": "badrange.json", "WRONGTYPES": "wrongtypes.json",
     "BROKENRUN": "run", "SHORTSPLIT": "short", "IDSPASTVOCAB": "ids", "BADDTYPE": "dtype", "BROKENMETA": "meta",
     "BADJOBS": "badjobs", "RESULTDIR": "rundir", "LOGDIR": "logdir", "SUMMARYDIR": "sweepdir", "ARMS": "arms.csv",
-    "FITOK": "fitok.json",
+    "FITOK": "fitok.json", "HUGEALPHA": "hugealpha.json",
 }  # fmt: skip
 PLACEHOLDER = re.compile(r"\b(" + "|".join(sorted(INPUTS, key=len, reverse=True)) + r")\b")
 

@@ -106,6 +106,12 @@ def _load_fit(path: str, where: str) -> FitLaw:
     return FitLaw(path, values, ci, predictor)
 
 
+# The laws' exponents (alpha, beta; alpha_N, alpha_D): at most 7 keeps N^alpha finite in float64 for
+# every N a prediction may ask about (up to 1e40: 1e280 < 1.8e308).
+EXPONENTS = ("alpha", "beta")
+MAX_EXPONENT = 7.0
+
+
 def _params(params: dict, where: str, law_class) -> tuple[dict, dict]:
     values, ci = {}, {}
     for name in law_class.NAMES:
@@ -122,6 +128,11 @@ def _params(params: dict, where: str, law_class) -> tuple[dict, dict]:
             raise ConfigError(
                 f"{where}: chinchilla_approach3.params.{name} is {values[name]:g}, which no fit of "
                 f"{law_class.FORMULA} gives (valid: finite and {bound})"
+            )
+        if name.startswith(EXPONENTS) and values[name] > MAX_EXPONENT:
+            raise ConfigError(
+                f"{where}: chinchilla_approach3.params.{name} is {values[name]:g}: N or D to that power overflows "
+                f"a float (valid: 0 < {name} <= {MAX_EXPONENT:g}; Chinchilla's exponents are 0.34 and 0.28)"
             )
         interval = entry.get("ci95")
         ci[name] = tuple(float(v) for v in interval) if isinstance(interval, list) and len(interval) == 2 else None
