@@ -19,8 +19,12 @@ import subprocess
 import time
 
 import pytest
+from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from ablate.tracking import views
+from ablate.tracking.store import ensure_experiment
+from ablate.tracking.tags import KIND_TAG, SWEEP_TAG
 from ablate.tracking.views import CURVE
 from support import ROOT, SMALL_DATA
 
@@ -222,3 +226,63 @@ def test_the_latest_sweeps_chart_reads_on_a_log_flops_axis_with_every_run_named(
     if os.environ.get("ABLATE_WRITE_DOCS") == "1":
         for shot in shots.iterdir():
             shutil.copyfile(shot, ROOT / "docs" / "images" / shot.name)
+
+
+MODELS = {"nano": 1.0, "micro": 4.0, "tiny": 16.0}  # each model's FLOPs per step, relative
+
+
+def test_a_sweep_of_many_runs_is_charted_one_line_a_swept_model_each_named(chromium, mlflow_server):
+    """Twelve runs (3 models x 4 seeds) overflow the legend's two lines, so the ended view groups
+    them by the swept model: one line (the seeds' average, their spread as a band) and one legend
+    entry per model, each in view, on the log FLOPs axis. The runs are logged through the server
+    (val/loss and flops at the same steps, as a run logs them) rather than trained: twelve runs
+    would take minutes on 2 cores, and the view reads only what they logged."""
+    from playwright.sync_api import sync_playwright
+
+    server = mlflow_server(ui=False)
+    client = MlflowClient(server.uri)
+    eid = ensure_experiment(server.uri, "many")
+    tags = {SWEEP_TAG: "sw", KIND_TAG: "sweep"}
+    parent = client.create_run(eid, run_name="sweep:model x train.seed", tags=tags).info.run_id
+    runs = []
+    for model, scale in MODELS.items():
+        for seed in range(4):
+            name = f"model={model} train.seed={seed}"
+            tags = {SWEEP_TAG: "sw", "mlflow.parentRunId": parent}
+            run_id = client.create_run(eid, run_name=name, tags=tags).info.run_id
+            params = {"model.name": model, "train.seed": str(seed)}
+            # (step, FLOPs, val/loss): a loss that falls with the steps, lower for a bigger model
+            points = [
+                (step, 1e9 * scale * step, 3.2 - 0.02 * seed - 0.3 * scale**0.2 * (step / 100) ** 0.5)
+                for step in range(10, 110, 10)
+            ]
+            now = int(time.time() * 1000)
+            metrics = [Metric("flops", f, now, s) for s, f, _ in points]
+            metrics += [Metric("val/loss", v, now, s) for s, _, v in points]
+            client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()])
+            runs.append(views.SweepRun(run_id, name, params))
+    views.log_curves(client, [r.run_id for r in runs])
+    link = views.save_sweep_view(client, eid, "sw", "sweep model x train.seed", ["sw"], runs)
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_context(viewport={"width": 1400, "height": 1250}).new_page()
+        page.goto(f"{server.uri}/{link}")
+        card = page.locator("[data-testid='experiment-view-compare-runs-card']").first
+        entries = [card.get_by_text(legend_entry(model), exact=True) for model in MODELS]
+        for entry in entries:
+            entry.wait_for(timeout=180_000)
+        card.locator(".scatterlayer .trace").first.wait_for(timeout=180_000)
+        page.wait_for_timeout(1000)
+        assert card.evaluate(AXIS_JS)["type"] == "log"
+        for model, entry in zip(MODELS, entries, strict=True):
+            assert entry.evaluate(SEEN_JS), f"{model}'s legend entry is not all in view"
+        text = card.inner_text()
+        assert text.count(f"({CURVE})") == len(MODELS)  # one entry a model, none a run or the parent
+        assert "train.seed=" not in text and "sweep:" not in text
+        page.screenshot(path=str(server.log.parent / "ui-sweep-chart-grouped.png"))
+        browser.close()
+    if os.environ.get("ABLATE_WRITE_DOCS") == "1":
+        shutil.copyfile(
+            server.log.parent / "ui-sweep-chart-grouped.png", ROOT / "docs" / "images" / "ui-sweep-chart-grouped.png"
+        )

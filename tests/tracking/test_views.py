@@ -138,9 +138,9 @@ def test_the_legend_lists_every_run_until_they_overflow_its_two_lines_then_group
         for s in range(4)
     ]
     assert not views.legend_fits([f"{r.name} ({views.CURVE})" for r in many])
-    assert views.legend_groups(many) == ["model.n_embd"]  # 3 values; the seeds' 4 come last anyway
-    state = views.view_state(["s"], [r.run_id for r in many], group_by=["model.n_embd"])
-    assert state["groupBy"]["groupByKeys"] == [{"mode": "param", "groupByData": "model.n_embd"}]
+    assert views.legend_groups(many) == ["model.name"]  # 3 values that name, before the widths; seeds last
+    state = views.view_state(["s"], [r.run_id for r in many], group_by=["model.name"])
+    assert state["groupBy"]["groupByKeys"] == [{"mode": "param", "groupByData": "model.name"}]
     assert state["useGroupedValuesInCharts"] is True  # one line and one legend entry per group
     seeds_only = [views.SweepRun(f"{i:032x}", f"train.seed={i}", {"train.seed": str(i)}) for i in range(40)]
     assert views.legend_groups(seeds_only) == []  # a group per run would list them all again

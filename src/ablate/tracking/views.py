@@ -200,15 +200,18 @@ def legend_fits(labels: list[str], width_px: int = LEGEND_WIDTH_PX, rows: int = 
 
 def legend_groups(runs: list[SweepRun]) -> list[str]:
     """The params to group the runs by in the chart: none when every run's entry fits in the
-    legend, else the swept param with the fewest values (seeds last: a group of seeds is one
-    configuration, its spread the band around the line)."""
+    legend, else the swept param with the fewest values, one whose values are names first and
+    seeds last (a group of seeds is one configuration, its spread the band around the line)."""
     if legend_fits([f"{r.name} ({CURVE})" for r in runs]):
         return []
     params = [r.params for r in runs]
     keys = [k for k in differing(params) if len({p[k] for p in params}) < len(runs)]  # a group holds two runs or more
     if not keys:
         return []
-    return [min(keys, key=lambda k: (k == SEED_KEY, len({p[k] for p in params}), k))]
+    # A group's legend entry is its value alone: a name ("nano") reads, a width ("64") less so.
+    return [
+        min(keys, key=lambda k: (k == SEED_KEY, all(_number(p[k]) for p in params), len({p[k] for p in params}), k))
+    ]
 
 
 def log_curves(client, run_ids: list[str]) -> list[str]:
