@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 
 import pytest
 
@@ -13,6 +14,7 @@ from ablate.files import (
     disk_errors,
     inside,
     output_dir,
+    read_regular,
     staged_folder,
     within,
     write_files,
@@ -104,3 +106,11 @@ def test_a_relative_path_from_a_config_that_climbs_out_is_refused(tmp_path, rela
 def test_out_given_is_the_users_folder(tmp_path):
     assert output_dir(str(tmp_path / "mine"), "exports", "x") == tmp_path / "mine"
     assert output_dir(None, "exports", "../x") == inside("exports", "../x")
+
+
+def test_a_fifo_where_a_file_belongs_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "fit.json")  # no writer: a plain read would wait for ever
+    with pytest.raises(OSError, match="not a regular file"):
+        read_regular(tmp_path / "fit.json")
+    (tmp_path / "db").write_bytes(b"SQLite format 3\x00rest")
+    assert read_regular(tmp_path / "db", 16) == b"SQLite format 3\x00"

@@ -224,6 +224,11 @@ BAD_INPUT = [
     (TRAIN, ["hydra.run.dir=RESULTDIR"], "result.json is a folder where a file belongs"),
     (TRAIN, ["hydra.run.dir=LOGDIR"], "train.log is a folder where a file belongs"),
     (TRAIN, ["--multirun", "train.steps=5,6", "hydra.sweep.dir=SUMMARYDIR"], "summary.json is a folder where"),
+    ("sample", ["run=DIR", "out=DIR"], "somedir is a folder where a file belongs"),
+    # a FIFO where a file belongs: refused, never read (a FIFO with no writer blocks a read for ever)
+    ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "fit=FIFO"], "not a regular file"),
+    (TRAIN, ["tracking.uri=sqlite:///FIFO"], "not a regular file"),
+    (TRAIN, ["data=tokens", "data.dir=FIFOMETA"], "has no readable meta.json"),
 ]
 CSV_OK = "params,tokens,loss\n" + "".join(
     f"{n:g},{d:g},{2 + 1e3 / n**0.3 + 1e3 / d**0.3:.4f}\n" for n in (1e6, 4e6, 1.6e7) for d in (1e8, 4e8)
@@ -300,6 +305,12 @@ INPUTS = {
     "SUMMARYDIR": lambda p: (p / "sweepdir" / "summary.json").mkdir(parents=True),
     "ARMS": lambda p: (p / "arms.csv").write_text(CSV_ARMS),
     "FITOK": lambda p: _fit_json(p / "fitok.json"),
+    "FIFO": lambda p: os.mkfifo(p / "fifo"),
+    "FIFOMETA": lambda p: (
+        _prepared_dir(p / "fifometa")
+        or (p / "fifometa" / "meta.json").unlink()
+        or os.mkfifo(p / "fifometa" / "meta.json")
+    ),
     "MISSING": lambda p: None,
     # a store that has an experiment, but not the one asked for
     "STORE": lambda p: MlflowClient(f"sqlite:///{p / 'store.db'}").create_experiment("scaling"),
@@ -312,7 +323,7 @@ INPUT_NAMES = {
     "RAGGED": "ragged.csv", "NEGALPHA": "negalpha.json", "BADRANGE": "badrange.json", "WRONGTYPES": "wrongtypes.json",
     "BROKENRUN": "run", "SHORTSPLIT": "short", "IDSPASTVOCAB": "ids", "BADDTYPE": "dtype", "BROKENMETA": "meta",
     "BADJOBS": "badjobs", "RESULTDIR": "rundir", "LOGDIR": "logdir", "SUMMARYDIR": "sweepdir", "ARMS": "arms.csv",
-    "FITOK": "fitok.json", "HUGEALPHA": "hugealpha.json",
+    "FITOK": "fitok.json", "HUGEALPHA": "hugealpha.json", "FIFO": "fifo", "FIFOMETA": "fifometa",
 }  # fmt: skip
 PLACEHOLDER = re.compile(r"\b(" + "|".join(sorted(INPUTS, key=len, reverse=True)) + r")\b")
 

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,6 +59,28 @@ def disk_errors(path: Path, key: str = "out") -> Iterator[None]:
         raise
 
 
+def read_regular(path, limit: int = -1) -> bytes:
+    """The bytes of the regular file at `path` (the first `limit`, when given). A FIFO, socket or
+    device named where a file belongs would block the read for ever (a FIFO with no writer) or never
+    end (/dev/zero): opened without blocking and refused, OSError EINVAL 'not a regular file'."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit)
+    finally:
+        os.close(fd)
+
+
+def refuse_folder(path: Path, key: str = "out") -> None:
+    """WriteError when a folder stands where the file `path` will be renamed to (the rename would fail
+    after the work is done)."""
+    if Path(path).is_dir():
+        raise WriteError(f"{key}: {path} is a folder where a file belongs; nothing of this output was written")
+
+
 @contextmanager
 def replacing(path: Path, durable: bool = False, previous: Path | None = None) -> Iterator[Path]:
     """Write to the yielded temporary path; on success it replaces `path` in one rename, on any
@@ -69,6 +92,7 @@ def replacing(path: Path, durable: bool = False, previous: Path | None = None) -
     files (old and new) exist at every moment but between the two renames, when `previous` is one.
     """
     path = Path(path)
+    refuse_folder(path)
     tmp = temporary_path(path)
     try:
         with disk_errors(path):
@@ -140,8 +164,7 @@ def write_files(files: dict[Path, bytes], key: str = "out") -> list[Path]:
     file as it was (none of the new ones beside old ones). The renames need no new space. WriteError
     (one line naming `key` and the file) when any write fails."""
     for path in files:
-        if Path(path).is_dir():
-            raise WriteError(f"{key}: {path} is a folder where a file belongs; nothing of this output was written")
+        refuse_folder(path, key)
     written: list[Path] = []
     try:
         for path, data in files.items():
@@ -187,7 +210,7 @@ def cache_dir() -> Path:
 def read_json(path: Path, default: Any = None) -> Any:
     """The JSON document at `path`, or `default` when it is missing or not JSON."""
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(read_regular(path))
     except (OSError, ValueError):
         return default
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -173,10 +174,15 @@ def _run(hydra, cfg, config_name: str, task: Callable, setup: Callable | None) -
                         job_subdir_key=None,
                     )
                 callbacks.on_run_end(config=cfg, config_name=config_name, job_return=ret)
+                said = io.StringIO()  # Hydra's "Error executing job" line, said again unless ours replaces it
                 try:
-                    return ret.return_value  # raises what the task raised
+                    with contextlib.redirect_stderr(said):
+                        return ret.return_value  # raises what the task raised
                 except ConfigError as exc:  # a task's output refused by its disk (files.WriteError), ...
                     fail(str(exc))
+                except BaseException:
+                    sys.stderr.write(said.getvalue())
+                    raise
 
             run_and_report(run)
     except ConfigError as exc:

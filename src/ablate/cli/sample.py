@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main
 from ablate.config import ConfigError, parse_sample
-from ablate.files import check_writable_dir
+from ablate.files import check_writable_dir, refuse_folder
 
 SUMMARY = "Text from a run's checkpoint, and its decode tokens/s against the memory-bandwidth bound."
 EXAMPLE = "ablate sample run=outputs/2025-01-01/12-00-00 prompt='the ' tokens=40 temperature=0.8 top_k=20"
@@ -28,6 +28,7 @@ def task(cfg) -> dict:
         sc = parse_sample(OmegaConf.to_container(cfg, resolve=True))
         out = Path(sc.out) if sc.out else Path(sc.run) / SAMPLE_FILE
         check_writable_dir(out.parent, "out")
+        refuse_folder(out, "out")
         made = sample.sample(sc)
     except ConfigError as exc:
         fail(str(exc))

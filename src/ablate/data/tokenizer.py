@@ -24,7 +24,7 @@ import numpy as np
 
 from ablate.config import ConfigError
 from ablate.data.corpus import Corpus, package_versions
-from ablate.files import staged_folder
+from ablate.files import read_regular, staged_folder
 
 META = "meta.json"
 TOKENIZER = "tokenizer.json"
@@ -162,7 +162,7 @@ def encode_to_file(tok, chunks: list[bytes], path: Path, dtype, progress=None, p
 
 def read_meta(directory: Path) -> PreparedMeta | None:
     try:
-        doc = json.loads((Path(directory) / META).read_text())
+        doc = json.loads(read_regular(Path(directory) / META))
         return PreparedMeta(**doc)
     except (OSError, ValueError, TypeError):
         return None

@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ablate.config import ConfigError
-from ablate.files import cache_dir, replacing
+from ablate.files import cache_dir, read_regular, replacing
 from ablate.tracking.tags import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
 
 
@@ -62,8 +62,7 @@ def check_store(uri: str, key: str = "tracking.uri") -> None:
         raise ConfigError(f"{key}={uri!r}: {path} is a directory ({valid})")
     if path.exists():
         try:
-            with open(path, "rb") as f:
-                head = f.read(len(SQLITE_HEADER))
+            head = read_regular(path, len(SQLITE_HEADER))
         except OSError as exc:
             raise ConfigError(f"{key}={uri!r}: {path} cannot be read ({exc.strerror})") from None
         if head and head != SQLITE_HEADER:

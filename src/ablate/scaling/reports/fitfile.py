@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ablate.config import ConfigError
+from ablate.files import read_regular
 from ablate.scaling.calibration import Calibration
 from ablate.scaling.checks import Thresholds
 from ablate.scaling.laws.chinchilla import FORMS, Law
@@ -63,7 +63,7 @@ def load_fit(path: str) -> FitLaw:
 
 def _load_fit(path: str, where: str) -> FitLaw:
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(read_regular(path))
     except OSError as exc:
         raise ConfigError(f"{where} cannot be read: {exc.strerror} ({VALID})") from None
     except ValueError as exc:
