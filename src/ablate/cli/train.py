@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import signal
 import sys
+import time
 from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main, hydra_node, resolved_task
@@ -56,6 +57,7 @@ def task(cfg, run_cfg=None, prepared=None, agent=None) -> dict:
         return _family(prepared, out_dir, context)
     train.set_threads(context.threads)
     on_eval = trial_hook(hc)  # a trial of an Optuna study (hydra/sweeper=optuna) reports and may be pruned
+    started = time.time()
     try:
         result = train.run(
             run_cfg,
@@ -76,9 +78,11 @@ def task(cfg, run_cfg=None, prepared=None, agent=None) -> dict:
         raise
     except Exception as exc:  # the run is FAILED in MLflow and result.json; a sweep goes on
         print(f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        record = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+        _record_failure(out_dir / RESULT_FILE, record, started)
         if not context.in_sweep:
             raise SystemExit(1) from None
-        return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+        return record
     print(describe(result), file=sys.stderr)
     if result.status == "busy" and not context.in_sweep:  # one line: the run and its owner
         raise SystemExit(EXIT_BUSY)
@@ -88,6 +92,17 @@ def task(cfg, run_cfg=None, prepared=None, agent=None) -> dict:
     if result.status == "failed" and not context.in_sweep:
         raise SystemExit(1)
     return result.to_dict()
+
+
+def _record_failure(path: Path, record: dict, started: float) -> None:
+    """result.json for a run that failed before it could write one (its store unreachable at the
+    start, for one): a sweep's summary then says why, not "missing"."""
+    try:
+        if path.stat().st_mtime >= started:
+            return  # the run wrote its own ending
+    except OSError:
+        pass
+    write_json(path, record)
 
 
 def _progress_file(out_dir: Path, context) -> Path | None:

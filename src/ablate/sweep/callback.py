@@ -44,7 +44,17 @@ from ablate.sweep.context import LAUNCHES_FILE, SWEEP_FILE, read_sweep_file
 from ablate.sweep.launch.pool import Pool
 from ablate.sweep.launch.worker import can_fork
 from ablate.sweep.summary import summarize
-from ablate.tracking import HOST_TAG, KIND_TAG, PID_TAG, REASON_TAG, SWEEP_TAG, ensure_experiment, views
+from ablate.tracking import (
+    HOST_TAG,
+    KIND_TAG,
+    PID_TAG,
+    REASON_TAG,
+    SWEEP_TAG,
+    bound_http_retries,
+    ensure_experiment,
+    spool_ending,
+    views,
+)
 
 if TYPE_CHECKING:
     from ablate.sweep.summary import SweepSummary
@@ -78,11 +88,14 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         """Nothing is created yet: the sweeper plans its jobs first (plan), then opens the sweep (open)."""
         from hydra.core.hydra_config import HydraConfig
+        from omegaconf import OmegaConf
 
         # Jobs get HydraConfig set by Hydra; the launching process does not, and the tracking
         # URI interpolates ${hydra:runtime.cwd}.
         HydraConfig.instance().set_config(config)
         self._config = config
+        # Before the warm worker starts: it, the jobs and the sweep's own MLflow calls inherit it.
+        bound_http_retries(str(OmegaConf.select(config, "tracking.uri", default="") or ""))
 
     def on_job_start(self, config, **kwargs) -> None:
         # A job run in this process (Hydra's basic launcher) under a sweeper that did not open the sweep.
@@ -134,6 +147,8 @@ class SweepCallback(Callback):
         parent, decided = self._call(open_sweep, tracking if tracked else None, info["sweep_id"], name, jobs)
         if tracked:
             info.update(parent)
+            # Where the parent's ending goes if the store is unreachable then (`ablate sync` delivers it)
+            info["spool_dir"] = str(Path(str(config.state_dir)) / "spool")
             self._open_parent = info
             atexit.register(self._abandon)
         if jobs is not None:
@@ -312,16 +327,16 @@ def reap_orphan_sweeps(client, experiment_id: str) -> None:
 
 
 def finish_parent_run(info: dict, summary: SweepSummary) -> None:
+    """The parent run closed with the summary's files, then the sweep's saved view (an experiment
+    tag, so after the close is as good as before); during an outage only the ending, spooled."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=info["tracking_uri"])
-    for path in summary.files:
-        client.log_artifact(info["parent_run_id"], str(path))
+    if not close_parent_run(info, "FAILED" if summary.failed else "FINISHED", artifacts=summary.files):
+        return
     try:
-        save_view(client, info, summary)
-    except Exception as exc:  # a chart layout is not worth a parent run left RUNNING: say so, go on
+        save_view(MlflowClient(tracking_uri=info["tracking_uri"]), info, summary)
+    except Exception as exc:  # a chart layout is not worth failing a sweep for: say so, go on
         print(f"mlflow: the sweep's chart view was not updated ({type(exc).__name__}: {exc})", file=sys.stderr)
-    close_parent_run(info, "FAILED" if summary.failed else "FINISHED")
 
 
 def save_view(client, info: dict, summary: SweepSummary) -> None:
@@ -341,13 +356,30 @@ def save_view(client, info: dict, summary: SweepSummary) -> None:
     views.save_sweep_view(client, info["experiment_id"], info["sweep_id"], name, sweep_ids, runs)
 
 
-def close_parent_run(info: dict, status: str, reason: str = "") -> None:
+def close_parent_run(info: dict, status: str, reason: str = "", artifacts=()) -> bool:
+    """The parent run ended with its artifacts, reason and status; True once the store has it. A
+    store that cannot take it (an outage) gets it spooled to the state dir, as a training run's end
+    is (tracking/spool.py): one line, and `ablate sync` delivers it, so the sweep ends on time."""
     from mlflow.tracking import MlflowClient
 
+    run_id = info["parent_run_id"]
     client = MlflowClient(tracking_uri=info["tracking_uri"])
-    if reason:
-        client.set_tag(info["parent_run_id"], REASON_TAG, reason)
-    client.set_terminated(info["parent_run_id"], status=status)
+    try:
+        for path in artifacts:
+            client.log_artifact(run_id, str(path))
+        if reason:
+            client.set_tag(run_id, REASON_TAG, reason)
+        client.set_terminated(run_id, status=status)
+        return True
+    except Exception as exc:
+        spool_dir = Path(info.get("spool_dir") or Path(".ablate") / "state" / "spool")
+        path = spool_ending(spool_dir, info["tracking_uri"], run_id, status, reason, artifacts)
+        print(
+            f"tracking: could not close the sweep's parent run {run_id} ({type(exc).__name__}); its ending is "
+            f"spooled to {path}; run `python -m ablate sync {spool_dir}` when the store is back",
+            file=sys.stderr,
+        )
+        return False
 
 
 def where_to_look(sweep_dir: Path, info: dict, summary: SweepSummary) -> str:

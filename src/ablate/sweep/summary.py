@@ -23,6 +23,7 @@ import csv
 import io
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -590,8 +591,15 @@ def _curves(rows: list, uri: str | None) -> dict:
     for r in rows:
         if not r.get("mlflow_run_id"):
             continue
-        flops = {m.step: m.value for m in client.get_metric_history(r["mlflow_run_id"], "flops")}
-        loss = sorted((m.step, m.value) for m in client.get_metric_history(r["mlflow_run_id"], "val/loss"))
+        try:
+            flops = {m.step: m.value for m in client.get_metric_history(r["mlflow_run_id"], "flops")}
+            loss = sorted((m.step, m.value) for m in client.get_metric_history(r["mlflow_run_id"], "val/loss"))
+        except Exception as exc:  # an outage: the plots go without curves, the sweep still ends
+            print(
+                f"summary: loss curves left out of the plots, the store did not answer ({type(exc).__name__})",
+                file=sys.stderr,
+            )
+            return {}
         points = [(flops[s], v) for s, v in loss if s in flops and flops[s] > 0]
         if points:
             curves[r["job"]] = tuple(zip(*points, strict=False))

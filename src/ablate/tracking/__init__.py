@@ -6,7 +6,7 @@ agent.py    the same calls made by a process beside the run, which imports MLflo
 store.py    ensure_experiment (create once before fanning out), client_for (an existing store only)
 tags.py     every tag and key name this project writes and reads
 views.py    latest_views: a sweep's validation loss against FLOPs as a view in MLflow's UI
-spool.py    sync_file: deliver a run spooled during an outage
+spool.py    spool_ending, sync_file: a run's ending spooled during an outage, and its delivery
 """
 
 from ablate.api import lazy_api
@@ -17,7 +17,14 @@ __all__, __getattr__, __dir__ = lazy_api(
         "tracker": ("Tracker", "make_tracker"),
         "runstore": ("ExistingRun", "existing_run"),
         "agent": ("mlflow_modules",),
-        "store": ("check_store", "client_for", "ensure_experiment", "quiet_store_logs", "sqlite_path"),
+        "store": (
+            "bound_http_retries",
+            "check_store",
+            "client_for",
+            "ensure_experiment",
+            "quiet_store_logs",
+            "sqlite_path",
+        ),
         "tags": (
             "CONFIG_HASH_TAG",
             "DATA_TAG",
@@ -33,7 +40,7 @@ __all__, __getattr__, __dir__ = lazy_api(
             "SWEEP_TAG",
             "TRUNK_KIND",
         ),
-        "spool": ("sync_file",),
+        "spool": ("spool_ending", "sync_file"),
         "views": ("latest_views",),
     },
     modules=("agent", "views"),

@@ -9,22 +9,14 @@ imports (about 2 s of CPU) and a store's opening (about 1 s) before it can train
 from __future__ import annotations
 
 import dataclasses
-import logging
-import os
 from dataclasses import dataclass
 
-from ablate.tracking.store import ensure_experiment, quiet_store_logs
+from ablate.tracking.store import bound_http_retries, ensure_experiment, quiet_store_logs
 from ablate.tracking.tags import CONFIG_HASH_TAG, OWNER_TAG, REASON_TAG
 
 MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
 MAX_PARAMS_PER_BATCH = 100
 MAX_PARAM_CHARS = 6000
-# An unreachable server must not stall training for minutes inside MLflow's own retry loop.
-HTTP_DEFAULTS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
-}
 # The methods a store serves (what tracking/agent.py forwards).
 CALLS = (
     "find",
@@ -62,11 +54,7 @@ class RunStore:
     def __init__(self, uri: str, experiment: str | None = None, experiment_id: str | None = None):
         from mlflow.tracking import MlflowClient
 
-        if uri.startswith(("http://", "https://")):
-            for key, value in HTTP_DEFAULTS.items():
-                os.environ.setdefault(key, value)
-            # One line says the server is unreachable; urllib3's per-retry warnings would repeat it.
-            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+        bound_http_retries(uri)
         quiet_store_logs()
         # The experiment first: a new sqlite store is made there, a copy of an empty one (store.py),
         # where a client opening it first would run MLflow's ~60 schema migrations (2 s).

@@ -34,6 +34,24 @@ SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databrick
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
+# An unreachable server must not stall a run or a sweep for minutes inside MLflow's own retry loop
+# (by default 7 retries with a backoff factor of 2: over four minutes a request).
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
+
+
+def bound_http_retries(uri: str) -> None:
+    """For a tracking server: MLflow's HTTP retries bounded (HTTP_DEFAULTS, unless the user set
+    them), and one line where urllib3 would warn at every retry."""
+    if uri.startswith(("http://", "https://")):
+        for key, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+
 def check_store(uri: str, key: str = "tracking.uri") -> None:
     """A tracking URI that names a store MLflow can use, checked without creating anything: a known
     scheme; for sqlite, an absolute or relative file path whose folder exists and can be written,
