@@ -43,10 +43,12 @@ test: install lint corpus
 	bash scripts/slurm_cluster.sh start
 	ABLATE_WRITE_RELIABILITY=1 ABLATE_REQUIRE_SERVICES=1 $(PY) -m pytest $(XDIST) --durations=25 $(PYTEST_ARGS)
 
-# ruff keeps the style (pyproject.toml [tool.ruff]); `make format` applies it.
+# ruff keeps the style (pyproject.toml [tool.ruff]), `make format` applies it; mypy checks the types of
+# config/, scaling/ and plan/ (pyproject.toml [tool.mypy]).
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy
 
 format: install
 	$(VENV)/bin/ruff check --fix src tests benchmarks

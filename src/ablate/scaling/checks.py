@@ -148,7 +148,7 @@ def _replicate_groups(N, D, logL: np.ndarray, seeds: Sequence | None) -> list[np
         if seeds is not None:
             by_seed: dict = {}
             for i in idx:
-                by_seed.setdefault(str(seeds[i]), []).append(logL[i])
+                by_seed.setdefault(str(seeds[int(i)]), []).append(logL[int(i)])
             v = np.array([np.mean(x) for x in by_seed.values()])
         else:
             v = logL[idx]
@@ -254,8 +254,8 @@ def _design(f: LawFacts, th: Thresholds) -> list[Reason]:
         k = len(np.unique(np.round(np.log(x), 6)))
         if k < th.sizes_wide:
             level = NOT_DETERMINED if k < th.sizes_nd else WIDE
-            need = th.sizes_nd if level == NOT_DETERMINED else th.sizes_wide
-            out.append(Reason("few_sizes", level, f"{k} distinct {_AXIS[name]} (needs {need})"))
+            sizes = th.sizes_nd if level == NOT_DETERMINED else th.sizes_wide
+            out.append(Reason("few_sizes", level, f"{k} distinct {_AXIS[name]} (needs {sizes})"))
     for name in dict.fromkeys((*f.design, "C")):
         x = f.axes.get(name)
         if x is None:

@@ -51,6 +51,7 @@ above the data's entropy floor when it is known (single.py), so no arm's E lies 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -332,7 +333,9 @@ def _trend(exponent: Estimate, C_lo: float, C_hi: float, at: tuple[AtScale, ...]
     span = math.log(C_hi / C_lo)
     ratio = Estimate(
         float(math.exp(exponent.value * span)),
-        None if exponent.ci95 is None else tuple(float(math.exp(k * span)) for k in exponent.ci95),
+        None
+        if exponent.ci95 is None
+        else (float(math.exp(exponent.ci95[0] * span)), float(math.exp(exponent.ci95[1] * span))),
     )
     direction = HOLDS
     if exponent.ci95 is not None and exponent.ci95[0] > 0:
@@ -437,7 +440,7 @@ def _from_law(arm: Arm) -> Verdict:
     return Verdict.of([Reason("law", arm.verdict.level, text)])
 
 
-def _checked(at: AtScale, laws: Verdict, th: Thresholds, extra: list[Reason] = ()) -> AtScale:
+def _checked(at: AtScale, laws: Verdict, th: Thresholds, extra: Sequence[Reason] = ()) -> AtScale:
     """`at` with its verdict: the laws', its interval's width, whether any compute matches, `extra`."""
     m = at.multiplier
     own = list(extra)

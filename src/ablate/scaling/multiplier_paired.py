@@ -196,14 +196,14 @@ def fit_paired(runs: PairedRuns, theta: np.ndarray, law_samples: np.ndarray) -> 
     return PairedFit(runs, mean, se_mean, k, se_k, dof_k, dof_mean, C_c, law_sd, offset, scatter)
 
 
-def mean_interval(values: Sequence[float]) -> Estimate:
+def mean_interval(values: Sequence[float] | np.ndarray) -> Estimate:
     """The mean of independent paired differences (one per seed or model instance) with Student's t
     95% interval, mean +- t_{0.975, n-1} sd / sqrt(n); no interval with fewer than 2 values."""
-    values = np.asarray(values, float)
-    mean = float(values.mean())
-    if len(values) < 2:
+    v = np.asarray(values, float)
+    mean = float(v.mean())
+    if len(v) < 2:
         return Estimate(mean)
-    half = _t(len(values) - 1) * _se(values)
+    half = _t(len(v) - 1) * _se(v)
     return Estimate(mean, (mean - half, mean + half))
 
 

@@ -227,7 +227,7 @@ def _at_optimum(pred: Predictor, C: float) -> Prediction:
     N = Estimate(float(n[0]), None if np.isnan(lo[0]) else (float(lo[0]), float(hi[0])))
     per = C / FLOPS_PER_PARAM_TOKEN
     with np.errstate(divide="ignore", over="ignore"):  # an interval reaching N = 0 or inf: D at inf or 0
-        D_band = None if N.ci95 is None else tuple(float(per / np.float64(n)) for n in N.ci95[::-1])
+        D_band = None if N.ci95 is None else (float(per / np.float64(N.ci95[1])), float(per / np.float64(N.ci95[0])))
     D = Estimate(per / N.value, D_band)
     return _prediction(pred, N, D, C, True, allocation_verdict(pred, C, N))
 

@@ -15,12 +15,16 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ablate.provenance import code_version
 from ablate.scaling.points import FitInputError, Points, RunCurve
 from ablate.tracking import CONFIG_HASH_TAG, FIT_STATUS_TAG, FIT_VERDICT_TAG, KIND_TAG, REASON_TAG, client_for
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 FIT_KIND = "fit"
 PAGE = 1000  # MLflow's search_runs page size
@@ -50,7 +54,7 @@ def find_experiment(client, name: str, uri: str) -> str:
 
 @dataclass(frozen=True)
 class _Used:
-    run: object  # mlflow.entities.Run
+    run: Run
     loss: float
     history: dict  # metric key -> {step: value}
 

@@ -214,7 +214,7 @@ def fit_approach3(
             raise FitInputError(
                 "tie_exponents=true fits the additive form only (valid: form=additive, or tie_exponents=false)"
             )
-        loss = JointLseHuber(log_x, log_loss, delta, F, U)
+        loss: LseHuber = JointLseHuber(log_x, log_loss, delta, F, U)
         default_grid = joint_grid
     elif form == "additive":
         loss = LseHuber(log_x, log_loss, delta, F, U, (0, 0) if tie_exponents else (0, 1))

@@ -225,8 +225,8 @@ def fit_dict(result: FitReport) -> dict:
     for name, fit in (("chinchilla_approach1", result.approach1), ("chinchilla_approach2", result.approach2)):
         if fit is not None:
             doc[name] = _frontier_fit_dict(fit, result.verdicts[name])
-    for var, fit in result.single.items():
-        doc[f"kaplan_{var}"] = _single_dict(fit, result.verdicts[f"kaplan_{var}"])
+    for var, single in result.single.items():
+        doc[f"kaplan_{var}"] = _single_dict(single, result.verdicts[f"kaplan_{var}"])
     for name in result.skipped:
         if name != APPROACH3 and name in result.verdicts:
             doc[name] = {"status": "not fitted", **result.verdicts[name].to_dict()}
@@ -267,7 +267,7 @@ def predictions_csv(result: FitReport) -> str:
             if f.levels[i] == NOT_DETERMINED:
                 writer.writerow([f"{c:.6g}"] + [""] * (len(CSV_COLUMNS) - 2) + [f.levels[i]])
                 continue
-            row = (c, f.N_opt[i], f.D_opt[i], f.tokens_per_param[i], f.loss[i], f.loss_lo[i], f.loss_hi[i])
-            row += (f.N_lo[i], f.N_hi[i])
+            loss = (f.loss[i], f.loss_lo[i], f.loss_hi[i])
+            row = (c, f.N_opt[i], f.D_opt[i], f.tokens_per_param[i], *loss, f.N_lo[i], f.N_hi[i])
             writer.writerow(["" if np.isnan(v) else f"{v:.6g}" for v in row] + [f.levels[i]])
     return fh.getvalue()

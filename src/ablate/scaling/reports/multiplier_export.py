@@ -346,10 +346,6 @@ def _comparison_lines(c: Comparison) -> list[str]:
     return lines
 
 
-def _ci(e: Estimate) -> str:
-    return f"{e.value:.4g}" + ("" if e.ci95 is None else f" ({e.ci95[0]:.3g} to {e.ci95[1]:.3g})")
-
-
 def _dropped_line(report: MultiplierReport) -> list[str]:
     dropped = {k: v for k, v in report.dropped.items() if v}
     if not dropped:

@@ -158,17 +158,17 @@ def _approach3_on_compute(ax, result: FitReport, cmap, norm) -> None:
             ax.plot([r.C, r.C], [r.lo, r.hi], color="crimson", lw=1, alpha=0.7)
     for pr in result.predictions:
         if pr.loss is not None:
-            lo, hi = pr.loss.ci95
+            low, high = pr.loss.ci95
             ax.errorbar(
                 [pr.C],
                 [pr.loss.value],
-                yerr=[[pr.loss.value - lo], [hi - pr.loss.value]],
+                yerr=[[pr.loss.value - low], [high - pr.loss.value]],
                 capsize=4,
                 ecolor="crimson",
                 **{k: v for k, v in TARGET_STYLE.items()},
                 ls="none",
                 zorder=5,
-                label=f"target: {g(pr.loss.value)} ({g(lo)} to {g(hi)}), {pr.verdict.level}",
+                label=f"target: {g(pr.loss.value)} ({g(low)} to {g(high)}), {pr.verdict.level}",
             )
         else:
             ax.axvline(pr.C, color="crimson", ls=":", lw=1.5, label=f"target C={g(pr.C)}: not_determined")

@@ -515,11 +515,12 @@ def _summary_others(result: FitReport) -> list[str]:
         if not key.startswith("kaplan_"):
             continue
         var = key.removeprefix("kaplan_")
-        fit = result.single.get(var)
+        single = result.single.get(var)
         line = v.line(f"L({var})", CONSOLE_REASONS)
-        if fit is not None and fit.diagnostics.converged and v.usable:
-            p = fit.params
-            line += f"; alpha {g(p['alpha'].value)} (95% CI {ci(p['alpha'])}), E {g(p['E'].value)}, {len(fit.x)} points"
+        if single is not None and single.diagnostics.converged and v.usable:
+            p = single.params
+            alpha = f"alpha {g(p['alpha'].value)} (95% CI {ci(p['alpha'])})"
+            line += f"; {alpha}, E {g(p['E'].value)}, {len(single.x)} points"
         lines.append(line)
     return lines
 
