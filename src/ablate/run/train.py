@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.config import RunConfig, as_dict
+from ablate.faults import failpoint
 from ablate.model import accounting
 from ablate.provenance import code_version, flatten
 from ablate.run import checkpoint, preemption, ranks
@@ -167,6 +168,7 @@ def _run(
             resume_run_id=decision.resume_run_id,
         )
         lock.set_run(tracker.run_id)
+        failpoint("run.started")  # the MLflow run exists, its watchdog not yet: the sweep's end closes it
         guard = watch(cfg.tracking.uri, tracker.run_id, state_dir) if tracker.run_id else None
         # where a resumed run picked up, or the trunk step a branch forked from
         started = {FORK_TAG if forked else RESUMED_TAG: int(state["step"])} if state else {}
@@ -196,6 +198,7 @@ def _run(
         raise
     else:
         reason = f"pruned: {result.reason}" if result.status == "pruned" else result.reason
+        failpoint("run.ending")  # result.json and the last checkpoint written, the MLflow run still open
         tracker.finish(MLFLOW_STATUS[result.status], reason, trainer.artifacts)
         return result
     finally:

@@ -51,6 +51,7 @@ from ablate.tracking import (
     REASON_TAG,
     SWEEP_TAG,
     bound_http_retries,
+    close_orphaned_runs,
     ensure_experiment,
     spool_ending,
     views,
@@ -253,10 +254,29 @@ def open_sweep(tracking: dict | None, sweep_id: str, name: str, jobs: list | Non
 
 def close_sweep(sweep_dir: Path, info: dict) -> SweepSummary:
     """The summary (table, plots, points), logged to the parent run, which is then closed."""
+    if info.get("parent_run_id"):
+        close_lost_runs(info)
     summary = summarize(sweep_dir, info)
     if info.get("parent_run_id"):
         finish_parent_run(info, summary)
     return summary
+
+
+def close_lost_runs(info: dict) -> None:
+    """Every job has ended by now: a run of the sweep still RUNNING lost its process before its
+    watchdog could close it (killed at its start), and is closed KILLED, as the watchdog would, for
+    the same command to resume. During an outage it stays RUNNING, which the same command resumes too."""
+    reason = "its job's process ended without closing the run (killed); the same command resumes it"
+    keep = (info["parent_run_id"],)
+    try:
+        closed = close_orphaned_runs(
+            info["tracking_uri"], info["experiment_id"], info["sweep_id"], "KILLED", reason, keep
+        )
+    except Exception as exc:
+        print(f"tracking: runs of the sweep not checked for a lost process ({type(exc).__name__})", file=sys.stderr)
+        return
+    for run_id in closed:
+        print(f"marked MLflow run {run_id} KILLED: {reason}", file=sys.stderr)
 
 
 def sweep_name(config) -> str:

@@ -21,6 +21,7 @@ __all__, __getattr__, __dir__ = lazy_api(
             "bound_http_retries",
             "check_store",
             "client_for",
+            "close_orphaned_runs",
             "ensure_experiment",
             "quiet_store_logs",
             "sqlite_path",

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 from ablate.config import ConfigError
 from ablate.files import cache_dir, read_regular, replacing
-from ablate.tracking.tags import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
+from ablate.tracking.tags import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND, REASON_TAG, SWEEP_TAG
 
 
 def quiet_store_logs() -> None:
@@ -50,6 +50,23 @@ def bound_http_retries(uri: str) -> None:
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+
+def close_orphaned_runs(uri: str, experiment_id: str, sweep_id: str, status: str, reason: str, keep=()) -> list[str]:
+    """Close the runs of sweep `sweep_id` still RUNNING, but those in `keep`, with `status` and
+    `reason`; called once every job of the sweep has ended, so whatever wrote them is gone (a job
+    killed before its watchdog started, or with it). Returns their ids."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs(
+        [experiment_id], filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_id}' and attributes.status = 'RUNNING'"
+    )
+    closed = [r.info.run_id for r in runs if r.info.run_id not in keep]
+    for run_id in closed:
+        client.set_tag(run_id, REASON_TAG, reason)
+        client.set_terminated(run_id, status=status)
+    return closed
 
 
 def check_store(uri: str, key: str = "tracking.uri") -> None:

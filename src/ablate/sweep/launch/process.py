@@ -298,11 +298,26 @@ def collect(job: Job, work: Path, ended: Exited):
     log.warning(f"#{job.num}: {reason}")
     record = {"status": "failed", "reason": reason}
     result = Path(job.job_dir) / "result.json" if job.job_dir else None
-    if result is not None and not (result.is_file() and result.stat().st_mtime >= job.started):
-        write_json(result, record)  # the summary's row says what ended it, not just "missing"
+    if result is not None:
+        record = _ended_early(result, job.started, record)
     ret = JobReturn(overrides=job.overrides, status=JobStatus.COMPLETED)
     ret.return_value = record
     return ret
+
+
+def _ended_early(result: Path, started: float, record: dict) -> dict:
+    """The result.json of a job whose process died before returning: `record` when the run wrote
+    none (the summary's row says what ended it, not just "missing"); a "finished" one written just
+    before the death kept, with status "killed": the run trained to its end, but its MLflow run was
+    not closed (the sweep's end closes it KILLED, and the same command resumes and closes it)."""
+    written = read_json(result, None) if result.is_file() and result.stat().st_mtime >= started else None
+    if not isinstance(written, dict):
+        write_json(result, record)
+        return record
+    if written.get("status") == "finished":
+        written = {**written, "status": "killed", "reason": f"{record['reason']}, after its result was written"}
+        write_json(result, written)
+    return written
 
 
 def stop(pool: Pool, running: dict, timeout_s: float) -> int:

@@ -36,7 +36,7 @@ from ablate.config import SubmititSettings
 from ablate.files import write_json
 from ablate.sweep.context import read_sweep_file
 from ablate.sweep.launch.feed import JobFeed
-from ablate.tracking import REASON_TAG, SWEEP_TAG
+from ablate.tracking import close_orphaned_runs
 
 JOBS_FILE = "jobs.json"
 LOG_LINK = "slurm.log"
@@ -378,22 +378,13 @@ def _outcome(s: Submitted) -> str | None:
 
 
 def _fail_orphaned_runs(sweep_dir: Path, submitted: list[Submitted]) -> None:
-    """Every job has ended, so a run of this sweep still RUNNING in MLflow lost its process."""
-
+    """Every job has ended, so a run of this sweep still RUNNING in MLflow lost its process: on a
+    cluster that is a job ended by SLURM (out of memory, over its time), FAILED."""
     info = read_sweep_file(sweep_dir)
     if not info.get("tracking_uri") or not info.get("sweep_id"):
         return
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=info["tracking_uri"])
-    runs = client.search_runs(
-        [info["experiment_id"]],
-        filter_string=f"tags.`{SWEEP_TAG}` = '{info['sweep_id']}' and attributes.status = 'RUNNING'",
-    )
-    for run in runs:
-        if run.info.run_id == info.get("parent_run_id"):
-            continue
-        reason = "its job ended without finishing the run (see `python -m ablate jobs`)"
-        client.set_tag(run.info.run_id, REASON_TAG, reason)
-        client.set_terminated(run.info.run_id, status="FAILED")
-        print(f"marked MLflow run {run.info.run_id} FAILED: {reason}", file=sys.stderr)
+    reason = "its job ended without finishing the run (see `python -m ablate jobs`)"
+    keep = (info.get("parent_run_id"),)
+    uri, experiment_id = info["tracking_uri"], info["experiment_id"]
+    for run_id in close_orphaned_runs(uri, experiment_id, info["sweep_id"], "FAILED", reason, keep):
+        print(f"marked MLflow run {run_id} FAILED: {reason}", file=sys.stderr)
