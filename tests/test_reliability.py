@@ -193,6 +193,7 @@ BAD_INPUT = [
     ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "context=1e15"], "context=1e+15 is too large"),
     ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "data.tokens_available=1e-5"], "less than one token"),
     # files a command reads that are not what they say
+    ("fit", ["points=HUGEPARAMS"], "column 'params' row 0 (line 2) is 1e+308; every value must be at most 1e+40"),
     ("fit", ["points=RAGGED"], "line 3 has 2 fields and the header 4"),
     ("backtest", ["points=RAGGED"], "line 3 has 2 fields and the header 4"),
     ("compare", ["points=RAGGED", "baseline=a"], "line 3 has 2 fields and the header 4"),
@@ -292,6 +293,7 @@ INPUTS = {
     "RAGGED": lambda p: (p / "ragged.csv").write_text("params,tokens,loss,arm\n1e6,1e8,3.0,a\n2e6,1e8\n"),
     "NEGALPHA": lambda p: _fit_json(p / "negalpha.json", {**FIT_LAW, "alpha": -0.3}),
     "HUGEALPHA": lambda p: _fit_json(p / "hugealpha.json", {**FIT_LAW, "alpha": 1e300}),
+    "HUGEPARAMS": lambda p: (p / "hugeparams.csv").write_text(CSV_OK.replace("\n1e+06,", "\n1e308,", 2)),
     "BADRANGE": lambda p: _fit_json(p / "badrange.json", data={**FIT_DATA, "N": {"min": 1e8, "max": 1e6}}),
     "WRONGTYPES": lambda p: _fit_json(p / "wrongtypes.json", data={**FIT_DATA, "C": {"min": "big", "max": []}}),
     "BROKENRUN": lambda p: (p / "run").mkdir() or (p / "run" / "result.json").write_text('{"status": "fini'),
@@ -324,6 +326,7 @@ INPUT_NAMES = {
     "BROKENRUN": "run", "SHORTSPLIT": "short", "IDSPASTVOCAB": "ids", "BADDTYPE": "dtype", "BROKENMETA": "meta",
     "BADJOBS": "badjobs", "RESULTDIR": "rundir", "LOGDIR": "logdir", "SUMMARYDIR": "sweepdir", "ARMS": "arms.csv",
     "FITOK": "fitok.json", "HUGEALPHA": "hugealpha.json", "FIFO": "fifo", "FIFOMETA": "fifometa",
+    "HUGEPARAMS": "hugeparams.csv",
 }  # fmt: skip
 PLACEHOLDER = re.compile(r"\b(" + "|".join(sorted(INPUTS, key=len, reverse=True)) + r")\b")
 

@@ -28,6 +28,7 @@ from ablate.config.data import (
 )
 from ablate.config.fit import (
     DEFAULT_CUTS,
+    MAX_TARGET,
     PARAM_KINDS,
     Approach2Config,
     BacktestConfig,
@@ -130,6 +131,7 @@ __all__ = [
     "parse_data",
     # fit, backtest, compare
     "DEFAULT_CUTS",
+    "MAX_TARGET",
     "PARAM_KINDS",
     "Approach2Config",
     "BacktestConfig",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.config import PARAM_KINDS, ConfigError
+from ablate.config import MAX_TARGET, PARAM_KINDS, ConfigError
 
 FLOPS_PER_PARAM_TOKEN = 6.0  # C = 6 N D (Kaplan et al. 2020, sec. 2.1)
 
@@ -36,17 +36,26 @@ CHINCHILLA_COLUMNS = ("Model Size", "Training FLOP", "loss")
 
 
 def check_positive(name: str, values, where: str, first_line: int | None = None) -> np.ndarray:
-    """Values as a 1-D float array, each finite and > 0, or a FitInputError naming column and row."""
+    """Values as a 1-D float array, each finite, > 0 and at most MAX_TARGET (past it 6 N D overflows
+    and the law's terms underflow against E), or a FitInputError naming column and row."""
     arr = np.asarray(values, dtype=float).reshape(-1)
     bad = np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))
     if bad.size:
-        i = int(bad[0])
-        row = f"row {i}" + (f" (line {i + first_line})" if first_line is not None else "")
         raise FitInputError(
-            f"{where}: column '{name}' {row} is {float(arr[i])!r}; every value must be finite and > 0"
-            + (f" ({bad.size} bad rows)" if bad.size > 1 else "")
+            f"{where}: column '{name}' {_line_of(int(bad[0]), first_line)} is {float(arr[bad[0]])!r}; every value must "
+            "be finite and > 0" + (f" ({bad.size} bad rows)" if bad.size > 1 else "")
+        )
+    huge = np.flatnonzero(arr > MAX_TARGET)
+    if huge.size:
+        raise FitInputError(
+            f"{where}: column '{name}' {_line_of(int(huge[0]), first_line)} is {float(arr[huge[0]]):g}; every value "
+            f"must be at most {MAX_TARGET:g}"
         )
     return arr
+
+
+def _line_of(i: int, first_line: int | None) -> str:
+    return f"row {i}" + (f" (line {i + first_line})" if first_line is not None else "")
 
 
 @dataclass(frozen=True)
