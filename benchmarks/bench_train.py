@@ -7,20 +7,29 @@
    model.n_embd=128 train.steps=270` (4 layers, width 128: about 18 s with tracking=none on 2 idle
    cores, the run length the target is set for) with tracking=mlflow, into an existing store and
    into a fresh one, against tracking=none. Importing MLflow and opening (or creating) the store
-   count: the user waits for the process, not for the training loop. Target: <= 5%.
+   count: the user waits for the process, not for the training loop. Target: <= 5%. A fourth arm
+   adds MLflow's system metrics (tracking.system_metrics=true, MLflow's 10 s sampling) to the
+   existing store; the other two tracked arms run without them.
 3. Start-up: the wall and CPU time of a one-step run with tracking=none, and how much of it is
    imports (`python -X importtime`), naming the largest packages imported.
+4. System metrics alone: the CPU time (every thread of the process) that MLflow's system-metrics
+   monitor takes to start, per sample and to stop, against a run that only waits, on an existing
+   sqlite store; and what that makes on the 270-step run at MLflow's 10 s sampling. CPU time, unlike
+   the command's wall time, holds on a loaded machine. Beside it, the CPU time of logging the run's
+   token dataset as its input (RunStore.log_dataset, once per run).
 
 Each arm runs several times, alternating; the figure compares the fastest run of each arm, since
 on a shared machine interference only ever adds time.
 
-    .venv/bin/python benchmarks/bench_train.py [--quick]
-        -> benchmarks/results/train.json (quick: benchmarks/results/quick/train.json), and its table
+    .venv/bin/python benchmarks/bench_train.py [--quick] [--only CASE]
+        -> benchmarks/results/train.json (quick: benchmarks/results/quick/train.json; one case
+           alone: train_CASE.json), and its table
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -126,25 +135,27 @@ def command(args: list[str], cwd: Path, python_flags: tuple = ()) -> tuple[float
 
 
 def tracking_cost(tmp: Path, steps: int, repeats: int) -> dict:
-    """The command's wall time with tracking=mlflow (existing store, fresh store) against tracking=none."""
+    """The command's wall time with tracking=mlflow (existing store, fresh store, existing store with
+    system metrics) against tracking=none."""
     existing = tmp / "existing"
     existing.mkdir()
     command([*RUN, "train.steps=1", "train.seed=999", f"tracking.uri=sqlite:///{existing / 'mlflow.db'}"], existing)
-    arms = {"none": [], "existing": [], "fresh": []}
+    arms = {"none": [], "existing": [], "fresh": [], "system_metrics": []}
     cpu = {k: [] for k in arms}
     order = list(arms)
     for i in range(repeats):
         for arm in order if i % 2 == 0 else order[::-1]:
             d = tmp / f"{arm}{i}"
             d.mkdir()
-            uri = {"none": None, "existing": existing / "mlflow.db", "fresh": d / "mlflow.db"}[arm]
-            tracking = ["tracking=none"] if uri is None else [f"tracking.uri=sqlite:///{uri}"]
+            uri = {"none": None, "fresh": d / "mlflow.db"}.get(arm, existing / "mlflow.db")
+            sampled = f"tracking.system_metrics={str(arm == 'system_metrics').lower()}"
+            tracking = ["tracking=none"] if uri is None else [f"tracking.uri=sqlite:///{uri}", sampled]
             args = [*RUN, f"train.steps={steps}", f"train.seed={i}", f"state_dir={d / 'state'}", *tracking]
             wall, used, _ = command([*args, f"hydra.run.dir={d / 'run'}"], d)
             arms[arm].append(wall)
             cpu[arm].append(used)
     best = {k: min(v) for k, v in arms.items()}
-    overhead = {k: best[k] / best["none"] - 1 for k in ("existing", "fresh")}
+    overhead = {k: best[k] / best["none"] - 1 for k in ("existing", "fresh", "system_metrics")}
     return {
         "command": f"python -m ablate {' '.join(RUN)} train.steps={steps}",
         "wall_s": arms,
@@ -153,6 +164,55 @@ def tracking_cost(tmp: Path, steps: int, repeats: int) -> dict:
         "target": f"<= {TRACKING_TARGET:.0%} (on an 18 s run)",
         "met": all(v <= TRACKING_TARGET for v in overhead.values()),
     }
+
+
+def system_metrics_cost(tmp: Path, seconds: float = 6.0, interval_s: float = 0.2) -> dict:
+    """CPU seconds of MLflow's system-metrics monitor in this process: start, per sample, stop; and
+    of logging a run's dataset input."""
+    from ablate.tracking.runstore import RunStore
+
+    store = RunStore(f"sqlite:///{tmp / 'system.db'}", "system")
+    run_id = store.create_run("sampled", {})
+    dataset = {"name": "synthetic", "digest": "5d41402abc4b2a76b9719d91", "source": {"kind": "synthetic"}}
+    log_dataset = _cpu_while(lambda: store.log_dataset(run_id, dataset))
+    idle = _cpu_while(lambda: time.sleep(seconds))
+    os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] = str(interval_s)  # MLflow's own setting
+    try:
+        start = _cpu_while(lambda: store.start_system_metrics(run_id, False))
+        sampling = _cpu_while(lambda: time.sleep(seconds))
+        stop = _cpu_while(lambda: store.stop_system_metrics(run_id))
+    finally:
+        del os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"]
+    samples = len(store.client.get_metric_history(run_id, "system/cpu_utilization_percentage"))
+    per_sample = (sampling - idle) / max(samples, 1)
+    run_wall_s, run_cpu_s = tracked_run_times()
+    mlflow_interval_s = 10.0  # MLflow's default sampling interval
+    on_the_run = start + stop + per_sample * (run_wall_s // mlflow_interval_s + 1)
+    return {
+        "start_cpu_s": start,
+        "per_sample_cpu_s": per_sample,
+        "stop_cpu_s": stop,
+        "samples": samples,
+        "sampling_interval_s": interval_s,
+        "the_270_step_run": {"wall_s": run_wall_s, "cpu_s": run_cpu_s},
+        "on_the_270_step_run_cpu_s": on_the_run,
+        "share_of_its_cpu": on_the_run / run_cpu_s,
+        "log_dataset_cpu_s": log_dataset,
+    }
+
+
+def tracked_run_times() -> tuple[float, float]:
+    """The 270-step run's wall and CPU seconds as benchmarks/results/train.json measured them: the
+    fastest run of the tracking=none arm."""
+    arms = json.loads((ROOT / "benchmarks" / "results" / "train.json").read_text())["tracking"]
+    fastest = min(range(len(arms["wall_s"]["none"])), key=arms["wall_s"]["none"].__getitem__)
+    return arms["wall_s"]["none"][fastest], arms["cpu_s"]["none"][fastest]
+
+
+def _cpu_while(action) -> float:
+    before = time.process_time()
+    action()
+    return time.process_time() - before
 
 
 def startup(tmp: Path) -> dict:
@@ -180,44 +240,82 @@ def startup(tmp: Path) -> dict:
 
 
 def table(figures: dict) -> str:
-    t, tr, st = figures["throughput"], figures["tracking"], figures["startup"]
-    best = {k: min(v) for k, v in tr["wall_s"].items()}
     load = f"load average {figures['load'][0]:.1f}..{figures['load'][1]:.1f}"
-    return "\n".join(
-        [
-            f"One run ({figures['machine']['cpus']} cores, {load})",
-            "",
-            "| what | figure | target |",
-            "|---|---|---|",
-            f"| trainer tokens/s against a bare loop (best of {len(t['bare_tokens_per_s'])}) | "
-            f"{t['ratio_best']:.3f}x | {t['target']} |",
-            f"| `{tr['command']}`, tracking=none | {best['none']:.1f} s | |",
-            f"| ... tracking=mlflow, existing store | {best['existing']:.1f} s ({tr['overhead']['existing']:+.1%}) | "
-            f"{tr['target']} |",
-            f"| ... tracking=mlflow, fresh store | {best['fresh']:.1f} s ({tr['overhead']['fresh']:+.1%}) | "
-            f"{tr['target']} |",
-            f"| one-step run, tracking=none: wall, CPU, imports | {st['wall_s']:.1f} s, {st['cpu_s']:.1f} s, "
-            f"{st['imports_s']:.1f} s | |",
-            f"| ... torch._dynamo imported, MLflow imported | {st['dynamo_imported']}, {st['mlflow_imported']} | "
-            "False, False |",
-        ]
-    )
+    rows = [f"One run ({figures['machine']['cpus']} cores, {load})", "", "| what | figure | target |", "|---|---|---|"]
+    for case, case_rows in (
+        ("throughput", throughput_rows),
+        ("tracking", tracking_rows),
+        ("startup", startup_rows),
+        ("system_metrics", system_metrics_rows),
+    ):
+        if case in figures:
+            rows += case_rows(figures[case])
+    return "\n".join(rows)
+
+
+def throughput_rows(t: dict) -> list[str]:
+    return [
+        f"| trainer tokens/s against a bare loop (best of {len(t['bare_tokens_per_s'])}) | "
+        f"{t['ratio_best']:.3f}x | {t['target']} |"
+    ]
+
+
+def tracking_rows(tr: dict) -> list[str]:
+    best = {k: min(v) for k, v in tr["wall_s"].items()}
+    arms = {
+        "existing": "tracking=mlflow, existing store",
+        "fresh": "tracking=mlflow, fresh store",
+        "system_metrics": "tracking=mlflow, existing store, tracking.system_metrics=true",
+    }
+    return [f"| `{tr['command']}`, tracking=none | {best['none']:.1f} s | |"] + [
+        f"| ... {label} | {best[arm]:.1f} s ({tr['overhead'][arm]:+.1%}) | {tr['target']} |"
+        for arm, label in arms.items()
+        if arm in best
+    ]
+
+
+def startup_rows(st: dict) -> list[str]:
+    return [
+        f"| one-step run, tracking=none: wall, CPU, imports | {st['wall_s']:.1f} s, {st['cpu_s']:.1f} s, "
+        f"{st['imports_s']:.1f} s | |",
+        f"| ... torch._dynamo imported, MLflow imported | {st['dynamo_imported']}, {st['mlflow_imported']} | "
+        "False, False |",
+    ]
+
+
+def system_metrics_rows(sm: dict) -> list[str]:
+    return [
+        f"| system metrics, CPU: start, per sample, stop | {sm['start_cpu_s']:.3f} s, {sm['per_sample_cpu_s']:.4f} s, "
+        f"{sm['stop_cpu_s']:.3f} s | |",
+        f"| ... on the 270-step run (10 s sampling) | {sm['on_the_270_step_run_cpu_s']:.2f} s CPU "
+        f"({sm['share_of_its_cpu']:.2%} of its CPU) | |",
+        f"| the run's dataset input, CPU (once per run) | {sm['log_dataset_cpu_s']:.3f} s | |",
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs, fewer repeats: a check, not the figures")
+    parser.add_argument(
+        "--only",
+        choices=["throughput", "tracking", "startup", "system_metrics"],
+        help="one case alone, into its own results file",
+    )
     args = parser.parse_args()
-    out = ROOT / "benchmarks" / "results" / ("quick" if args.quick else "") / "train.json"
+    name = f"train_{args.only}.json" if args.only else "train.json"
+    out = ROOT / "benchmarks" / "results" / ("quick" if args.quick else "") / name
+    cases = {
+        "throughput": lambda tmp: throughput(tmp, steps=100 if args.quick else 300, repeats=3 if args.quick else 5),
+        "tracking": lambda tmp: tracking_cost(tmp, steps=40 if args.quick else 270, repeats=2 if args.quick else 3),
+        "startup": startup,
+        "system_metrics": system_metrics_cost,
+    }
     load = [os.getloadavg()[0]]
+    figures = {"machine": {"node": platform.node(), "cpus": torch.get_num_threads(), "torch": torch.__version__}}
     with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        figures = {
-            "machine": {"node": platform.node(), "cpus": torch.get_num_threads(), "torch": torch.__version__},
-            "throughput": throughput(tmp, steps=100 if args.quick else 300, repeats=3 if args.quick else 5),
-            "tracking": tracking_cost(tmp, steps=40 if args.quick else 270, repeats=2 if args.quick else 3),
-            "startup": startup(tmp),
-        }
+        for case, measure in cases.items():
+            if args.only in (None, case):
+                figures[case] = measure(Path(d))
     load.append(os.getloadavg()[0])
     figures["load"] = load
     write_json(out, figures)

@@ -77,7 +77,8 @@ def test_outage_mid_run_is_bridged_by_the_buffer(cli, request, workdir, mlflow_s
 
 
 @pytest.mark.ledger("fault", "`mlflow server` stopped mid-run and down when the run ends, then `python -m ablate sync`")
-def test_run_ending_during_an_outage_is_spooled_then_synced(cli, request, workdir, mlflow_server):
+def test_run_ending_during_an_outage_is_spooled_then_synced(cli, request, workdir, mlflow_server, monkeypatch):
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")  # samples before the outage
     server = mlflow_server(f"sqlite:///{workdir / 'store.db'}")
     proc, log = start_training(cli, workdir, server.uri)
     try:
@@ -94,10 +95,12 @@ def test_run_ending_during_an_outage_is_spooled_then_synced(cli, request, workdi
         assert steps == list(range(5, 301, 5))
         assert not list((workdir / ".ablate" / "state" / "spool").glob("*.json"))
         assert "result.json" in {a.path for a in MlflowClient(server.uri).list_artifacts(run.info.run_id)}
+        _, sampled = points(server.uri, "system/cpu_utilization_percentage")
+        assert sampled, "the system metrics sampled before the outage are kept"
         reliability.record(
             request,
             f"exit 0; one spool file; sync exit 0: {len(steps)} of 60 train/loss points, result.json, run FINISHED; "
-            "spool emptied",
+            f"spool emptied; {len(sampled)} system metrics samples from before the outage",
         )
     finally:
         proc.kill()

@@ -434,6 +434,9 @@ class TrackingConfig:
     # tracking.required_tags lists must be among them, so that no run goes untagged.
     tags: dict[str, str] = field(default_factory=dict)
     required_tags: list[str] = field(default_factory=list)
+    # The machine's CPU, memory, disk, network and GPU use over the run, sampled by MLflow's
+    # system-metrics monitor (tracking/system_metrics.py): 0.14% of a run's CPU (docs/benchmarks.md).
+    system_metrics: bool = True
 
     def validate(self) -> None:
         for key, value in self.tags.items():

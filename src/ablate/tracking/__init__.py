@@ -3,6 +3,8 @@
 tracker.py  Tracker (no-op), MLflowTracker (batched log_batch, resume without duplicates, outage buffer)
 runstore.py RunStore: a run's MLflow calls on plain data (the one place that builds MLflow entities)
 agent.py    the same calls made by a process beside the run, which imports MLflow while the run starts
+dataset.py  dataset_input: the tokens a run trained on as its MLflow dataset input (name, fingerprint, source)
+system_metrics.py  SystemMetrics: MLflow's system-metrics monitor for a store's runs (CPU, memory, GPU)
 store.py    ensure_experiment (create once before fanning out), client_for (an existing store only)
 tags.py     every tag and key name this project writes and reads
 views.py    latest_views: a sweep's validation loss against FLOPs as a view in MLflow's UI

@@ -12,7 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from ablate.tracking.store import bound_http_retries, ensure_experiment, quiet_store_logs
-from ablate.tracking.tags import CONFIG_HASH_TAG, OWNER_TAG, REASON_TAG
+from ablate.tracking.system_metrics import SystemMetrics
+from ablate.tracking.tags import CONFIG_HASH_TAG, OWNER_TAG, REASON_TAG, SYSTEM_METRICS_PREFIX
 
 MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
 MAX_PARAMS_PER_BATCH = 100
@@ -29,8 +30,12 @@ CALLS = (
     "last_step",
     "metric_points",
     "log_artifact",
+    "log_dataset",
+    "start_system_metrics",
+    "stop_system_metrics",
     "set_terminated",
 )
+DATASET_CONTEXT = "training"  # what a run's dataset input was used for (MLflow's mlflow.data.context tag)
 
 
 @dataclass
@@ -60,6 +65,7 @@ class RunStore:
         # where a client opening it first would run MLflow's ~60 schema migrations (2 s).
         self.experiment_id = experiment_id or (ensure_experiment(uri, experiment) if experiment else None)
         self.client = MlflowClient(tracking_uri=uri)
+        self.system_metrics = SystemMetrics(uri)
 
     def find(self, config_hash: str) -> dict | None:
         """The latest run recorded under `config_hash`: run_id, status, reason, owner; None if none."""
@@ -112,7 +118,11 @@ class RunStore:
     def metric_points(self, run_id: str, until_step: int) -> list:
         """Every point of every metric of the run at steps <= until_step."""
         points = []
+        # System metrics are the machine's at their own sampling steps (system_metrics.py), not
+        # training steps: not part of the history a branch inherits.
         for key in self.client.get_run(run_id).data.metrics:
+            if key.startswith(SYSTEM_METRICS_PREFIX):
+                continue
             history = self.client.get_metric_history(run_id, key)
             points += [(key, m.value, m.step, m.timestamp) for m in history if m.step <= until_step]
         return points
@@ -120,5 +130,38 @@ class RunStore:
     def log_artifact(self, run_id: str, path: str) -> None:
         self.client.log_artifact(run_id, path)
 
+    def log_dataset(self, run_id: str, dataset: dict) -> None:
+        """The run's tokens as its dataset input: `dataset` from tracking/dataset.py, its source a
+        path (MLflow's local artifact source) or a dict (its code source). Logging it again, as a
+        resumed run does, adds nothing: MLflow keeps one input per dataset."""
+        from mlflow.data.code_dataset_source import CodeDatasetSource
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.data.sources import LocalArtifactDatasetSource
+        from mlflow.entities import DatasetInput, InputTag
+        from mlflow.exceptions import MlflowException
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        source = dataset["source"]
+        source = LocalArtifactDatasetSource(source) if isinstance(source, str) else CodeDatasetSource(source)
+        meta = MetaDataset(source, name=dataset["name"], digest=dataset["digest"])
+        # the entity mlflow.log_input logs for a Dataset, here for a run that is not the active one
+        entity = DatasetInput(meta._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, DATASET_CONTEXT)])
+        try:
+            self.client.log_inputs(run_id, datasets=[entity])
+        except MlflowException:
+            # MLflow's store looks the dataset up by (experiment, name, digest) and inserts it when it
+            # finds none, in two steps: the runs of a sweep logging the same tokens at once can all
+            # find none, and all but the first insert then fail on the datasets table's unique key
+            # (tests/tracking/test_dataset.py). The first one's row is there now: this try only links
+            # the run to it. Any other failure fails again.
+            self.client.log_inputs(run_id, datasets=[entity])
+
+    def start_system_metrics(self, run_id: str, resumed: bool) -> None:
+        self.system_metrics.start(run_id, resumed)
+
+    def stop_system_metrics(self, run_id: str) -> None:
+        self.system_metrics.stop(run_id)
+
     def set_terminated(self, run_id: str, status: str) -> None:
+        self.system_metrics.stop(run_id)  # its last points first: a terminated run takes no more
         self.client.set_terminated(run_id, status=status)

@@ -24,5 +24,8 @@ MODEL_TRAINING_KIND = "custom_model_development"
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 NOTE_TAG = "mlflow.note.content"  # a run's or an experiment's description (markdown)
 
+# MLflow's system metrics (tracking/system_metrics.py) are named system/...: the machine's, not the run's.
+SYSTEM_METRICS_PREFIX = "system/"
+
 # A metric every training record carries; its last step is the last step the store has.
 STEP_KEY = "flops"

@@ -20,8 +20,9 @@ from pathlib import Path
 from ablate.config import TrackingConfig
 from ablate.faults import failpoint
 from ablate.files import write_json
+from ablate.tracking.dataset import dataset_input
 from ablate.tracking.runstore import MAX_METRICS_PER_BATCH, ExistingRun, RunStore
-from ablate.tracking.tags import REASON_TAG, STEP_KEY
+from ablate.tracking.tags import DATA_TAG, REASON_TAG, STEP_KEY
 
 MAX_BACKOFF_S = 60.0
 
@@ -87,15 +88,23 @@ class MLflowTracker(Tracker):
         return ExistingRun(**found) if found else None
 
     def start(self, run_name: str, params: dict, tags: dict, resume_run_id: str | None = None) -> None:
+        """Create the run (or reopen `resume_run_id`), with its params, its tokens as its dataset
+        input where `tags` name them (tags.DATA_TAG), and the machine's system metrics from now on
+        where tracking.system_metrics is set."""
+        params = {k: str(v) for k, v in params.items()}
         if resume_run_id:
             self.run_id = resume_run_id
             self.store.update_status(resume_run_id, "RUNNING")
             self.last_logged_step = self.store.last_step(resume_run_id, STEP_KEY)
             self.store.log_tags(resume_run_id, {REASON_TAG: ""})
-            self.store.log_missing_params(resume_run_id, {k: str(v) for k, v in params.items()})
-            return
-        self.run_id = self.store.create_run(run_name, {k: str(v) for k, v in tags.items()})
-        self.store.log_params(self.run_id, {k: str(v) for k, v in params.items()})
+            self.store.log_missing_params(resume_run_id, params)
+        else:
+            self.run_id = self.store.create_run(run_name, {k: str(v) for k, v in tags.items()})
+            self.store.log_params(self.run_id, params)
+        if tags.get(DATA_TAG):
+            self.store.log_dataset(self.run_id, dataset_input(str(tags[DATA_TAG]), params))
+        if self.cfg.system_metrics:
+            self.store.start_system_metrics(self.run_id, bool(resume_run_id))
 
     def flush(self, force: bool = False) -> bool:
         """Send buffered points; False (points kept) when the store cannot be reached."""
@@ -156,6 +165,8 @@ class MLflowTracker(Tracker):
     def finish(self, status: str, reason: str = "", artifacts: list[Path] = ()) -> None:
         """Deliver what is buffered and close the run; during an outage, spool it instead."""
         try:
+            if self.cfg.system_metrics:  # its last points, and no sampling after the run
+                self.store.stop_system_metrics(self.run_id)
             if not self.flush(force=True):
                 raise ConnectionError(self.outage)
             self.log_artifacts(list(artifacts))
