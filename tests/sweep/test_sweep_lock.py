@@ -37,6 +37,18 @@ def test_a_second_claim_on_a_sweep_folder_names_its_holder(tmp_path):
     sweep_lock(tmp_path / "sweep").acquire().release()  # free again once released
 
 
+def test_a_claim_that_wrote_nothing_else_leaves_no_folder_behind(tmp_path):
+    sweep_lock(tmp_path / "multirun" / "day" / "time").acquire().release()
+    assert not (tmp_path / "multirun").exists()  # every folder it made is gone
+    lock = sweep_lock(tmp_path / "multirun" / "day" / "time").acquire()
+    (lock.directory / "sweep.json").write_text("{}")
+    lock.release()
+    assert (tmp_path / "multirun" / "day" / "time" / "sweep.json").is_file()  # a sweep's folder stays
+    (tmp_path / "kept").mkdir()
+    sweep_lock(tmp_path / "kept").acquire().release()
+    assert (tmp_path / "kept").is_dir()  # a folder that was there before stays
+
+
 @pytest.mark.slow
 def test_a_second_launch_into_a_running_sweeps_folder_exits_75_and_leaves_it_alone(cli, tmp_path):
     first = cli.start(SWEEP, tmp_path, stdout=tmp_path / "first.log", stderr=tmp_path / "first.log")

@@ -276,9 +276,41 @@ def holder(directory: Path) -> Owner | None:
     return None
 
 
-def sweep_lock(sweep_dir: Path | str) -> RunLock:
-    """The claim on a sweep's folder, held by the process that launches it (acquire raises Busy)."""
-    return RunLock(sweep_dir, what="sweep")
+class SweepLock(RunLock):
+    """The claim on a sweep's folder, held by the process that launches it (acquire raises Busy).
+    A launch that writes nothing else there (its input refused while its jobs are planned) leaves
+    no folder behind: release removes the lock file and the folders acquire had to create."""
+
+    def __init__(self, sweep_dir: Path | str, mode: str | None = None):
+        super().__init__(sweep_dir, mode, what="sweep")
+        self.created: list[Path] = []  # the folders acquire made, deepest first
+
+    def acquire(self) -> SweepLock:
+        missing, folder = [], self.directory.absolute()
+        while not folder.exists():
+            missing.append(folder)
+            folder = folder.parent
+        super().acquire()
+        self.created = missing
+        return self
+
+    def release(self) -> None:
+        super().release()
+        if not self.created or not self.directory.is_dir():
+            return
+        if {p.name for p in self.directory.iterdir()} - {self._lock_file}:
+            return  # the sweep wrote there: its folder stays
+        (self.directory / self._lock_file).unlink(missing_ok=True)
+        for folder in self.created:
+            try:
+                folder.rmdir()
+            except OSError:  # another launch's folder by now, or not empty
+                return
+
+
+def sweep_lock(sweep_dir: Path | str) -> SweepLock:
+    """The claim on a sweep's folder (SweepLock)."""
+    return SweepLock(sweep_dir)
 
 
 def store_claim(uri: str, config_hash: str) -> RunLock | None:
