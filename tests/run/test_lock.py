@@ -60,6 +60,18 @@ def test_a_held_lock_is_busy_naming_its_owner_and_a_killed_owner_leaves_nothing_
     assert holder(directory) is None
 
 
+@pytest.mark.parametrize("mode", ["flock", "lease"])
+def test_a_folder_where_the_lock_file_belongs_is_set_aside_in_one_line(tmp_path, capsys, mode):
+    (tmp_path / "run.lock" / "junk").mkdir(parents=True)
+    (tmp_path / "run.lease").mkdir()
+    assert holder(tmp_path) is None  # a probe neither fails nor calls a folder an owner
+    with RunLock(tmp_path, mode) as held:
+        assert held.path.is_file() and Owner.read(held.path) == held.owner
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all("is a folder; moved aside to" in ln for ln in lines), lines
+    assert sorted(p.name.split(".2")[0] for p in (tmp_path / "quarantine").iterdir()) == ["run.lease", "run.lock"]
+
+
 def test_the_same_process_cannot_take_a_lock_twice(tmp_path):
     with RunLock(tmp_path / "h"):
         with pytest.raises(Busy):

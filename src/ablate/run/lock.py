@@ -34,12 +34,14 @@ import fcntl
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.host import process_alive
+from ablate.run.checkpoint import quarantine
 from ablate.tracking import sqlite_path
 
 LOCK_FILE = "run.lock"
@@ -150,6 +152,8 @@ class RunLock:
         return self
 
     def _take(self) -> None:
+        for name in (self._lock_file, self._lease_file):
+            _set_aside_if_not_a_file(self.directory / name)
         if self.mode != "lease" and not self._flock():
             self.mode = "lease"  # this filesystem has no locks
         if self.mode == "lease":
@@ -239,6 +243,14 @@ class RunLock:
         self.release()
 
 
+def _set_aside_if_not_a_file(path: Path) -> None:
+    """A folder (or a link, a FIFO) where the lock or lease file belongs would fail every launch:
+    moved into quarantine/ beside it with one line, as a checkpoint that is not a file is."""
+    if (path.exists() or path.is_symlink()) and not (path.is_file() and not path.is_symlink()):
+        kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
+        print(f"ablate: lock file {path} is {kind}; moved aside to {quarantine(path)}", file=sys.stderr)
+
+
 def _stale(path: Path, holder: Owner | None) -> bool:
     try:
         age = time.time() - path.stat().st_mtime
@@ -260,12 +272,12 @@ def holder(directory: Path) -> Owner | None:
     if key in _HELD:
         return _HELD[key].owner
     lease = directory / LEASE_FILE
-    if lease.exists():
+    if lease.is_file():
         owner = Owner.read(lease)
         if not _stale(lease, owner):
             return owner or Owner("?", 0, 0.0)
-    if not (directory / LOCK_FILE).exists():
-        return None  # nobody has ever locked it here
+    if not (directory / LOCK_FILE).is_file():
+        return None  # nobody has ever locked it here (or a folder stands there, set aside at the launch)
     probe = RunLock(directory, "flock")
     try:
         if not probe._flock():
