@@ -192,7 +192,9 @@ def test_a_precision_sweep_says_which_bound_each_policy_hit_and_why(tmp_path):
             "baseline": "precision=fp32",
         },
     ]
-    roofline.annotate_rows(rows, tmp_path)
+    for r in rows[:2]:
+        r["profile"] = roofline.profile_figures(tmp_path / r["job"])
+    assert roofline.profile_figures(tmp_path / rows[2]["job"]) is None  # it left no profile.json
     assert rows[0]["profile"]["bound"] == "memory" and rows[1]["profile"]["bound"] == "compute"
     notes = roofline.bound_notes(rows)
     assert notes[0].startswith("- precision=fp32: memory-bound (50% of the step in memory-bound ops")
@@ -204,9 +206,8 @@ def test_a_precision_sweep_says_which_bound_each_policy_hit_and_why(tmp_path):
 
 
 def test_a_sweep_without_profiles_adds_no_notes(tmp_path):
-    rows = [{"label": "a", "job": "0", "status": "finished"}]
-    roofline.annotate_rows(rows, tmp_path)
-    assert roofline.bound_notes(rows) == []
+    rows = [{"label": "a", "job": "0", "status": "finished", "profile": roofline.profile_figures(tmp_path / "0")}]
+    assert rows[0]["profile"] is None and roofline.bound_notes(rows) == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

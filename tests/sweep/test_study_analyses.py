@@ -169,7 +169,11 @@ def test_a_study_just_run_reads_its_sweeps_own_summary_back_and_no_other(tmp_pat
     spec = load_study(study)
     made = summarize(sweep, {"name": "cosine", "sweep_id": "cosine-2"})
     read = recorded_summary(sweep, "cosine-2")
-    assert read is not None and read.table == made.table and read.rows == json.loads(json.dumps(made.rows))
+    assert (
+        read is not None
+        and read.table == made.table
+        and [r.record() for r in read.rows] == json.loads(json.dumps([r.record() for r in made.rows]))
+    )
     assert read.failed == made.failed == 0 and read.files == [] and sweep / "points.csv" in made.files
     (sweep / "summary.md").write_text(made.table + " (as the sweep wrote it)\n")
     assert "(as the sweep wrote it)" in refresh(study, spec, just_run=True).read_text()  # read back

@@ -2,12 +2,14 @@
 speed and memory side by side, what a GPU would change; and a plain --multirun's name."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from omegaconf import OmegaConf
 
-from ablate.sweep import summary
+from ablate.sweep import plots, summary
 from ablate.sweep.callback import sweep_name
+from ablate.sweep.rows import SummaryRow, compared
 
 
 def rows_and_curves():
@@ -16,37 +18,34 @@ def rows_and_curves():
         [("fp32", 900.0, 4e6, 0.0), ("bf16", 300.0, 4e6, 0.002), ("bf16_pure", 280.0, 3e6, 0.01)]
     ):
         flops = (1e9, 2e9, 3e9)
-        curves[job] = (flops, tuple(3.0 - 0.3 * i + bump for i in range(3)))
-        rows.append(
-            {
-                "job": job,
-                "label": f"precision={precision}",
-                "precision": precision,
-                "status": "finished",
-                "params": 59_904,
-                "tokens": 30_000,
-                "final_val_loss": curves[job][1][-1],
-                "tokens_per_s": speed,
-                "memory_bytes": memory,
-                "device": "cpu",
-                "overrides": {"precision": precision},
-            }
-        )
-    summary._compare_to_baseline(rows)
-    return rows, curves
+        curves[str(job)] = (flops, tuple(3.0 - 0.3 * i + bump for i in range(3)))
+        result = {
+            "precision": precision,
+            "status": "finished",
+            "params": 59_904,
+            "tokens": 30_000,
+            "final_val_loss": curves[str(job)][1][-1],
+            "tokens_per_s": speed,
+            "memory_bytes": memory,
+            "device": "cpu",
+        }
+        rows.append(SummaryRow(f"precision={precision}", str(job), {"precision": precision}, result))
+    return compared(rows), curves
 
 
 def test_runs_of_one_model_get_a_ratio_to_fp32_panel(tmp_path):
     rows, curves = rows_and_curves()
-    assert summary._ratio_baseline(rows, curves)["precision"] == "fp32"
-    assert summary.plot_loss_vs_flops(rows, curves, tmp_path / "l.png").stat().st_size > 0
-    rows[1]["params"] = 1  # runs of different sizes: a ratio compares nothing
-    assert summary._ratio_baseline(rows, curves) is None
+    assert plots._ratio_baseline(rows, curves).precision == "fp32"
+    assert plots.plot_loss_vs_flops(rows, curves, tmp_path / "l.png").stat().st_size > 0
+    rows[1] = replace(
+        rows[1], result={**rows[1].result, "params": 1}
+    )  # runs of different sizes: a ratio compares nothing
+    assert plots._ratio_baseline(rows, curves) is None
 
 
 def test_speed_and_memory_side_by_side_and_in_the_table(tmp_path):
     rows, _ = rows_and_curves()
-    assert summary.plot_speed_memory(rows, tmp_path / "s.png").stat().st_size > 0
+    assert plots.plot_speed_memory(rows, tmp_path / "s.png").stat().st_size > 0
     table = summary.format_table(rows, "precision")
     assert "| memory |" in table and "| 3 MB |" in table
 
@@ -87,7 +86,7 @@ def test_a_recorded_mfu_above_100_percent_is_never_shown(tmp_path):
         result |= {"params": 1000 * (job + 1), "tokens": 8192, "flops": 1e9, "final_val_loss": 3.0 - job / 10}
         (tmp_path / str(job) / "result.json").write_text(json.dumps({**result, "tokens_per_s": 900.0, "mfu": mfu}))
     done = summary.summarize(tmp_path, {"name": "model x train.seed", "tracking_uri": None})
-    assert [r["mfu"] for r in done.rows] == [0.2, None, None]
+    assert [r.mfu for r in done.rows] == [0.2, None, None]
     assert [r["mfu"] for r in json.loads((tmp_path / "summary.json").read_text())["runs"]] == [0.2, None, None]
     assert "20.00%" in done.table and "127" not in done.table and "126" not in done.table
     assert "MFU not shown for model=micro train.seed=1, model=micro train.seed=2" in done.table
@@ -110,5 +109,5 @@ def test_without_the_store_a_skipped_run_keeps_the_figures_its_summary_recorded(
     recorded = {**skipped, "label": "0", "job": "0", "final_val_loss": 2.5, "final_val_bpb": 3.6, "tokens": 4096}
     (tmp_path / "summary.json").write_text(_json.dumps({"sweep_id": "s", "runs": [recorded]}))
     (row,) = summarize(tmp_path, {"name": "sweep", "sweep_id": "s"}).rows
-    assert row["final_val_loss"] == 2.5 and row["final_val_bpb"] == 3.6 and row["status"] == "skipped"
+    assert row.final_val_loss == 2.5 and row.final_val_bpb == 3.6 and row.status == "skipped"
     assert (tmp_path / "points.csv").read_text().splitlines()[1].startswith("59904,4096,2.5,")

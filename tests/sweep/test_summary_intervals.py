@@ -47,15 +47,15 @@ def seeded_sweep(sweep_dir, core_share: float = 0.95) -> None:
 
 
 def by_label(rows: list) -> dict:
-    return {r["label"]: r for r in rows}
+    return {r.label: r for r in rows}
 
 
 def test_each_difference_is_against_the_same_seed_and_each_arm_gets_a_t_interval(tmp_path):
     seeded_sweep(tmp_path)
     done = summary.summarize(tmp_path, {"name": "precision"})
     rows = by_label(done.rows)
-    assert rows["precision=fp8_emulated train.seed=1"]["val_loss_delta"] == pytest.approx(0.021)
-    assert rows["precision=bf16_pure train.seed=2"]["val_loss_delta"] == pytest.approx(-0.002)
+    assert rows["precision=fp8_emulated train.seed=1"].comparison.val_loss_delta == pytest.approx(0.021)
+    assert rows["precision=bf16_pure train.seed=2"].comparison.val_loss_delta == pytest.approx(-0.002)
     deltas = [a - b for a, b in zip(LOSSES["fp8_emulated"], LOSSES["fp32"], strict=True)]
     mean, sd = sum(deltas) / 3, math.sqrt(sum((d - sum(deltas) / 3) ** 2 for d in deltas) / 2)
     half = stats.t.ppf(0.975, 2) * sd / math.sqrt(3)  # 4.303 x sd / sqrt(3)
@@ -91,7 +91,7 @@ def test_one_run_per_arm_says_its_differences_have_no_noise_estimate(tmp_path):
     for num, (precision, loss) in enumerate([("fp32", 2.0), ("bf16", 2.01)]):
         write_job(tmp_path, num, [f"precision={precision}"], precision=precision, final_val_loss=loss)
     done = summary.summarize(tmp_path, {"name": "precision"})
-    assert by_label(done.rows)["precision=bf16"]["val_loss_delta_ci95"] is None
+    assert by_label(done.rows)["precision=bf16"].arm.val_loss_delta_ci95 is None
     assert "- One run per arm: the differences against precision=fp32 have no noise estimate" in done.table
 
 
@@ -99,7 +99,7 @@ def test_a_speed_up_is_shown_between_runs_that_had_their_cores(tmp_path):
     seeded_sweep(tmp_path, core_share=0.95)
     done = summary.summarize(tmp_path, {"name": "precision"})
     fp8 = by_label(done.rows)["precision=fp8_emulated train.seed=0"]
-    assert fp8["speedup"] == pytest.approx(0.8) and fp8["speedup_comparable"] is True
+    assert fp8.comparison.speedup == pytest.approx(0.8) and fp8.comparison.speedup_comparable is True
     assert "| 0.80x | 95% |" in done.table and "No speed-up shown" not in done.table
 
 
@@ -109,8 +109,8 @@ def test_no_speed_up_is_shown_between_runs_that_shared_cores_and_one_line_says_w
     result.write_text(json.dumps({**json.loads(result.read_text()), "core_share": 0.4}))
     done = summary.summarize(tmp_path, {"name": "precision"})
     rows = by_label(done.rows)
-    assert rows["precision=fp8_emulated train.seed=1"]["speedup_comparable"] is False
-    assert rows["precision=fp8_emulated train.seed=0"]["speedup_comparable"] is True
+    assert rows["precision=fp8_emulated train.seed=1"].comparison.speedup_comparable is False
+    assert rows["precision=fp8_emulated train.seed=0"].comparison.speedup_comparable is True
     assert "| 0.80x | 40% |" not in done.table and "| - | 40% |" in done.table
     notes = [line for line in done.table.splitlines() if line.startswith("- No speed-up shown")]
     assert len(notes) == 1 and "for 1 of 9 runs" in notes[0]
@@ -121,7 +121,7 @@ def test_a_run_without_a_core_share_is_never_timed_against_another(tmp_path):
     for num, precision in enumerate(["fp32", "bf16"]):  # an older ablate's result.json: no core share
         write_job(tmp_path, num, [f"precision={precision}"], precision=precision, final_val_loss=2.0, tokens_per_s=1e3)
     done = summary.summarize(tmp_path, {"name": "precision"})
-    assert [r["speedup_comparable"] for r in done.rows] == [False, False]
+    assert [r.comparison.speedup_comparable for r in done.rows] == [False, False]
     assert "recorded no core share" in done.table
 
 
@@ -141,7 +141,7 @@ def test_gpu_runs_compare_only_when_each_had_its_gpu(tmp_path, second_starts, co
             ended_at=start + 10.0,
         )
     done = summary.summarize(tmp_path, {"name": "precision"})
-    assert by_label(done.rows)["precision=bf16"]["speedup_comparable"] is comparable
+    assert by_label(done.rows)["precision=bf16"].comparison.speedup_comparable is comparable
     assert ("| 2.00x |" in done.table) is comparable
     assert ("shared its GPU with" in done.table) is not comparable
 
@@ -159,9 +159,9 @@ def test_the_recorded_demo_resolves_what_the_readme_says(tmp_path):
         shutil.copy(job / "result.json", tmp_path / job.name / "result.json")
         shutil.copy(job / ".hydra" / "overrides.yaml", tmp_path / job.name / ".hydra" / "overrides.yaml")
     done = summary.summarize(tmp_path, {"name": "precision"})
-    arms = {r["arm"]: r for r in done.rows if r["status"] == "finished"}
-    assert len([r for r in done.rows if r["status"] == "finished"]) == 15
-    verdicts = {arm: r["val_loss_delta_resolved"] for arm, r in arms.items()}
+    arms = {r.arm.arm: r.arm for r in done.rows if r.status == "finished"}
+    assert len([r for r in done.rows if r.status == "finished"]) == 15
+    verdicts = {arm: a.val_loss_delta_resolved for arm, a in arms.items()}
     assert verdicts == {
         "precision=fp32": None,
         "precision=bf16": True,
@@ -171,8 +171,10 @@ def test_the_recorded_demo_resolves_what_the_readme_says(tmp_path):
     }
     readme = " ".join((ROOT / "README.md").read_text().split())
     for arm, name in (("precision=fp8_emulated", "fp8_emulated"), ("precision=bf16", "bf16 autocast")):
-        r = arms[arm]
-        lo, hi = r["val_loss_delta_ci95"]
-        assert f"{name} {r['val_loss_delta_mean']:+.4f}" in readme and f"(95% {lo:+.4f} to {hi:+.4f})" in readme
+        a = arms[arm]
+        lo, hi = a.val_loss_delta_ci95
+        assert f"{name} {a.val_loss_delta_mean:+.4f}" in readme and f"(95% {lo:+.4f} to {hi:+.4f})" in readme
     assert "bf16_pure and fp16 are noise" in readme
-    assert not any(r.get("speedup_comparable") for r in done.rows) and "No speed-up shown for 15 of 15" in done.table
+    assert (
+        not any(r.comparison.speedup_comparable for r in done.rows) and "No speed-up shown for 15 of 15" in done.table
+    )

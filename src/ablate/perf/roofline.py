@@ -330,29 +330,29 @@ def _wrap(text: str, width: int) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def annotate_rows(rows: list, sweep_dir: Path) -> None:
-    """Add each job's profile figures (when it ran with train.profile=true) to its summary row."""
-    for r in rows:
-        try:
-            doc = json.loads((Path(sweep_dir) / str(r.get("job")) / JSON_FILE).read_text())
-        except (OSError, ValueError):
-            continue
-        verdict_doc, ceilings = doc.get("verdict") or {}, doc.get("ceilings") or {}
-        ops = doc.get("operators", [])
-        ms = sum(o["ms"] for o in ops if o.get("flops"))
-        r["profile"] = {
-            "bound": verdict_doc.get("bound"),
-            "compute": verdict_doc.get("compute"),
-            "memory": verdict_doc.get("memory"),
-            "overhead": verdict_doc.get("overhead"),
-            "dtype": ceilings.get("dtype"),
-            "peak_flops": ceilings.get("peak_flops"),
-            "bandwidth": ceilings.get("bandwidth"),
-            "ridge": ceilings.get("ridge"),
-            "bytes_per_step": doc.get("bytes_per_step"),
-            "flops_per_step": doc.get("flops_per_step"),
-            "matmul_flops_per_s": sum(o["flops"] for o in ops if o.get("flops")) / (ms / 1e3) if ms > 0 else None,
-        }
+def profile_figures(job_dir: Path) -> dict | None:
+    """A job's profile figures (its bound, the ceilings, the matmuls' rate), None where it left no
+    readable profile.json (it ran without train.profile=true)."""
+    try:
+        doc = json.loads((job_dir / JSON_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    verdict_doc, ceilings = doc.get("verdict") or {}, doc.get("ceilings") or {}
+    ops = doc.get("operators", [])
+    ms = sum(o["ms"] for o in ops if o.get("flops"))
+    return {
+        "bound": verdict_doc.get("bound"),
+        "compute": verdict_doc.get("compute"),
+        "memory": verdict_doc.get("memory"),
+        "overhead": verdict_doc.get("overhead"),
+        "dtype": ceilings.get("dtype"),
+        "peak_flops": ceilings.get("peak_flops"),
+        "bandwidth": ceilings.get("bandwidth"),
+        "ridge": ceilings.get("ridge"),
+        "bytes_per_step": doc.get("bytes_per_step"),
+        "flops_per_step": doc.get("flops_per_step"),
+        "matmul_flops_per_s": sum(o["flops"] for o in ops if o.get("flops")) / (ms / 1e3) if ms > 0 else None,
+    }
 
 
 def bound_notes(rows: list) -> list[str]:
@@ -398,6 +398,6 @@ def _why(r: dict, base: dict) -> str:
         parts.append(f"it moves {p['bytes_per_step'] / b['bytes_per_step']:.3g}x the bytes per step")
     if p.get("matmul_flops_per_s") and b.get("matmul_flops_per_s"):
         parts.append(f"its matmuls run {p['matmul_flops_per_s'] / b['matmul_flops_per_s']:.3g}x as fast")
-    # the speed-up itself only where both runs were timed fairly (sweep/summary.py: speedup_comparable)
+    # the speed-up itself only where both runs were timed fairly (sweep/rows.py: speedup_comparable)
     lead = f"speed-up {r['speedup']:.2f}x vs {base['label']}" if r.get("speedup_comparable") else f"vs {base['label']}"
     return f"{lead}: " + ", ".join(parts)

@@ -4,6 +4,8 @@ callback.py  SweepCallback (Hydra): plan, parent MLflow run, live progress, summ
 context.py   SWEEP_DIR/sweep.json: what each job knows about its sweep
 plan.py      prepare + decide_all: every job's config, hash, cost and action before any job runs
 summary.py   summarize: the table, the plots and points.csv of a finished sweep
+rows.py      SummaryRow: a job's row of the summary, typed, and the passes that compute its figures
+plots.py     the summary's plots: loss against FLOPs, final loss against N and D, speed and memory
 prediction.py a prediction written before its run is trained, and the outcome beside it
 cost.py      what recorded sweeps cost in CPU time, by the value of a swept key
 study.py     recorded studies (experiments/NAME): run them and rebuild their README
@@ -21,5 +23,5 @@ __all__, __getattr__, __dir__ = lazy_api(
         "launch.feed": ("SlotLauncher",),
         "launch.slurm": ("JOBS_FILE",),
     },
-    modules=("callback", "prediction"),
+    modules=("callback", "prediction", "rows", "plots"),
 )

@@ -363,7 +363,7 @@ def save_view(client, info: dict, summary: SweepSummary) -> None:
     """The sweep's saved view in the MLflow UI, now by run id (its parent left out): runs skipped or
     resumed from an earlier launch carry that launch's sweep tag, so the view names every tag among them."""
 
-    trained = dict.fromkeys(r["mlflow_run_id"] for r in summary.rows if r.get("mlflow_run_id"))
+    trained = dict.fromkeys(r.mlflow_run_id for r in summary.rows if r.mlflow_run_id)
     run_ids = [info["parent_run_id"], *trained]
     found = client.search_runs(
         [info["experiment_id"]], filter_string=views.view_state([], run_ids)["searchFilter"], max_results=len(run_ids)
@@ -423,7 +423,7 @@ def record_launch(sweep_dir: Path, info: dict, summary: SweepSummary) -> None:
     """Append this launch (when, how long, what it did) to SWEEP_DIR/launches.jsonl."""
     counts: dict = {}
     for row in summary.rows:
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
+        counts[row.status] = counts.get(row.status, 0) + 1
     planned: dict = {}
     for job in info.get("plan", []):
         planned[job["action"]] = planned.get(job["action"], 0) + 1

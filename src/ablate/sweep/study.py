@@ -50,7 +50,8 @@ from ablate.files import within, write_text
 from ablate.host import interrupting_signal
 from ablate.sweep.context import LAUNCHES_FILE, read_sweep_file
 from ablate.sweep.cost import cost_table, export_cost
-from ablate.sweep.summary import recorded_summary, summarize
+from ablate.sweep.rows import SummaryRow
+from ablate.sweep.summary import SweepSummary, recorded_summary, summarize
 
 STUDY_FILE = "study.yaml"
 # How long a study waits for its command to close its records after passing it a signal.
@@ -309,11 +310,11 @@ def refresh(study_dir: Path, study: dict, just_run: bool = False) -> Path:
     return write_text(study_dir / "README.md", readme(study_dir, study, summary, launches(sweep_dir), info))
 
 
-def readme(study_dir: Path, study: dict, summary, launch_log: list[dict], info: dict) -> str:
+def readme(study_dir: Path, study: dict, summary: SweepSummary, launch_log: list[dict], info: dict) -> str:
     rel = _relative(study_dir)
     args = command(study_dir, list(study["overrides"]))
-    finished = [r for r in summary.rows if r.get("final_val_loss") is not None]
-    run_wall = sum(r.get("wall_s") or 0.0 for r in finished)
+    finished = [r for r in summary.rows if r.final_val_loss is not None]
+    run_wall = sum(r.wall_s or 0.0 for r in finished)
     parts = [
         f"# {study.get('title', study_dir.name)}",
         "",
@@ -384,10 +385,10 @@ def _analysis_section(study_dir: Path, a: dict) -> list[str]:
     return [f"## {title}", "", f"*From `{a['out']}/` ({a['kind']}).*", "", text.strip(), ""]
 
 
-def _cpu_line(rows: list, launch_log: list[dict]) -> str:
+def _cpu_line(rows: list[SummaryRow], launch_log: list[dict]) -> str:
     """CPU time of the job processes (usage.json, process launchers only): what the study costs
     on idle cores, whatever else shared the machine while it ran. A trunk's job holds its branches."""
-    jobs = {str(r["job"]).split("/")[0]: r.get("job_cpu_s") for r in rows if "/" not in str(r["job"])}
+    jobs = {r.job.split("/")[0]: r.job_cpu_s for r in rows if "/" not in r.job}
     measured = [v for v in jobs.values() if v is not None]
     if not measured:
         return ""
