@@ -16,6 +16,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,7 @@ def temporary_path(path: Path) -> Path:
 
 
 # What a disk says when it cannot take a file: full, over quota, read-only, past the largest file.
+QUARANTINE = "quarantine"  # the folder, beside a bad file, it is moved into
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 
 
@@ -269,6 +271,16 @@ def check_file_slots(folder, names, key: str) -> None:
         if path.exists() and not path.is_file():
             kind = "a folder" if path.is_dir() else "not a regular file"
             raise ConfigError(f"{key}: {path} is {kind} where a file belongs (valid: remove it, or another {key})")
+
+
+def quarantine(path: Path) -> Path:
+    """Move `path` (state that is not what it should be: a torn checkpoint, a folder where a file
+    belongs, an unreadable record) into quarantine/ beside it, under a name that keeps every earlier one."""
+    folder = Path(path).parent / QUARANTINE
+    folder.mkdir(exist_ok=True)
+    target = folder / f"{Path(path).name}.{time.strftime('%Y%m%d-%H%M%S')}.{os.getpid()}"
+    os.replace(path, target)
+    return target
 
 
 def safe_name(text: str) -> str:

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from ablate.cli.common import fail
-from ablate.tracking import sync_file
+from ablate.files import quarantine
+from ablate.tracking import SpoolError, sync_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             n = sync_file(path)
             print(f"synced {path.stem}: {n} metric points", file=sys.stderr)
+        except SpoolError as exc:  # no later attempt could deliver it: out of the way of the others
+            failed += 1
+            print(f"error: {exc}; moved aside to {quarantine(path)}", file=sys.stderr)
         except Exception as exc:  # leave the file for the next attempt
             failed += 1
             print(

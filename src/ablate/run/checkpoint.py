@@ -18,17 +18,15 @@ import io
 import os
 import re
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.files import read_json, write_bytes, write_json
+from ablate.files import quarantine, read_json, write_bytes, write_json
 
 CHECKPOINT = "checkpoint.pt"
 PREVIOUS = "checkpoint.prev.pt"
 META = "checkpoint.json"
-QUARANTINE = "quarantine"
 # What the trainer needs from a checkpoint to resume (trainer.Trainer._checkpoint writes them all).
 REQUIRED = ("model", "optimizer", "rng", "step", "train_time", "pending")
 
@@ -139,15 +137,6 @@ def quarantine_non_files(directory: Path) -> None:
             print(
                 f"ablate: checkpoint {path} is {kind}, not a file; moved aside to {quarantine(path)}", file=sys.stderr
             )
-
-
-def quarantine(path: Path) -> Path:
-    """Move `path` into quarantine/ beside it, under a name that keeps every earlier one."""
-    folder = path.parent / QUARANTINE
-    folder.mkdir(exist_ok=True)
-    target = folder / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}.{os.getpid()}"
-    os.replace(path, target)
-    return target
 
 
 def meta(directory: Path) -> CheckpointMeta | None:

@@ -40,8 +40,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ablate.files import quarantine
 from ablate.host import process_alive
-from ablate.run.checkpoint import quarantine
 from ablate.tracking import sqlite_path
 
 LOCK_FILE = "run.lock"

@@ -43,7 +43,7 @@ __all__, __getattr__, __dir__ = lazy_api(
             "SWEEP_TAG",
             "TRUNK_KIND",
         ),
-        "spool": ("spool_ending", "sync_file"),
+        "spool": ("SpoolError", "spool_ending", "sync_file"),
         "views": ("latest_views",),
     },
     modules=("agent", "views"),

@@ -30,9 +30,28 @@ def spool_ending(directory: Path, uri: str, run_id: str, status: str, reason: st
     return write_json(Path(directory) / f"{run_id}.json", record)
 
 
+class SpoolError(ValueError):
+    """A file in the spool folder that is not a spool record (torn, garbage, another tool's)."""
+
+
+RECORD_KEYS = ("uri", "run_id", "status", "reason", "metrics", "artifacts")
+
+
+def read_record(path: Path) -> dict:
+    """A spool file's record; SpoolError, one line naming the file, when it is not one."""
+    try:
+        record = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise SpoolError(f"{path} is not a spool record ({type(exc).__name__})") from None
+    missing = [k for k in RECORD_KEYS if not isinstance(record, dict) or k not in record]
+    if missing:
+        raise SpoolError(f"{path} is not a spool record (no {', '.join(missing)})")
+    return record
+
+
 def sync_file(path: Path) -> int:
     """Deliver one spool file; returns the number of points sent."""
-    record = json.loads(path.read_text())
+    record = read_record(path)
     store = RunStore(record["uri"])
     run_id = record["run_id"]
     last = store.last_step(run_id, STEP_KEY)
