@@ -322,8 +322,11 @@ def cli():
     as processes of their own, forked from a warm fork server (ForkServer). ABLATE_TESTS_CLI=process
     runs every command as `python -m ablate` in a fresh interpreter. timeout applies to a process only.
 
-    cli.start(args, cwd, stdout=None, stderr=None): the command forked from the same server and not
-    waited for (Forked: pid, poll, wait, send_signal), for a test that signals or kills it midway."""
+    cli.start(args, cwd, stdout=None, stderr=None, fresh=False): the command forked from the same
+    server and not waited for (Forked: pid, poll, wait, send_signal), for a test that signals or
+    kills it midway; fresh=True starts it as `python -m ablate` in a fresh interpreter, the user's
+    path: the server has MLflow imported, so a run forked from it makes its MLflow calls itself,
+    where a user's run makes them through its tracking agent."""
     import inprocess
 
     server: list[ForkServer] = []
@@ -364,12 +367,12 @@ def cli():
             env=full_env,
         )
 
-    def start(args: list[str], cwd: Path, stdout: Path | None = None, stderr: Path | None = None):
+    def start(args: list[str], cwd: Path, stdout: Path | None = None, stderr: Path | None = None, fresh: bool = False):
         """`ablate ARGS` as a process of its own that runs on while the test goes on (a Popen where
-        ABLATE_TESTS_CLI=process); its output goes to the files named, else nowhere."""
+        ABLATE_TESTS_CLI=process or `fresh`); its output goes to the files named, else nowhere."""
         full_env = command_env()
         out, err = str(stdout or os.devnull), str(stderr or os.devnull)
-        if ALWAYS_A_PROCESS:
+        if ALWAYS_A_PROCESS or fresh:
             with open(out, "ab") as o, open(err, "ab") as e:
                 return subprocess.Popen(
                     [sys.executable, "-m", "ablate", *args],

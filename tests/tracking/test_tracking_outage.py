@@ -7,6 +7,7 @@ import signal
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -15,6 +16,7 @@ from support import SMALL_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
+AGENT = "ablate.tracking.agent:serve"  # the agent's request to the child entry point (ablate/child.py)
 ARGS = [
     "model=nano",
     "train.steps=300",
@@ -41,9 +43,16 @@ def points(uri: str, key: str = "train/loss") -> list[int]:
 
 
 def start_training(cli, workdir: Path, uri: str):
-    """The run as a process of its own (the test stops and continues it), forked warm."""
+    """The run as a user starts it, `python -m ablate` in a fresh interpreter (the test stops and
+    continues it), so that its MLflow calls go through its tracking agent, as a user's do."""
     log = workdir / "train.log"
-    return cli.start([*ARGS, f"tracking.uri={uri}"], workdir, stdout=log, stderr=log), log
+    return cli.start([*ARGS, f"tracking.uri={uri}"], workdir, stdout=log, stderr=log, fresh=True), log
+
+
+def through_its_agent(proc) -> bool:
+    """The run's tracking agent (tracking/agent.py) is among its child processes."""
+    children = psutil.Process(proc.pid).children(recursive=True)
+    return any(AGENT in " ".join(c.cmdline()) for c in children if c.is_running())
 
 
 @pytest.mark.ledger("fault", "`mlflow server` stopped mid-run, started again while the run goes on")
@@ -52,6 +61,7 @@ def test_outage_mid_run_is_bridged_by_the_buffer(cli, request, workdir, mlflow_s
     proc, log = start_training(cli, workdir, server.uri)
     try:
         wait_for(lambda: _has_points(server.uri), 300, "no metric reached the server")
+        assert through_its_agent(proc), "the run's MLflow calls do not go through its tracking agent"
         # The trainer is frozen while the server stops and again while it restarts, so the run
         # cannot end during the outage however long a restart takes (that case is the spool test).
         os.kill(proc.pid, signal.SIGSTOP)
@@ -69,7 +79,8 @@ def test_outage_mid_run_is_bridged_by_the_buffer(cli, request, workdir, mlflow_s
         assert "reachable again" in log.read_text()
         reliability.record(
             request,
-            f"training went on; exit 0; train/loss at every 5th step, {len(steps)} of 60, after the restart; "
+            f"`python -m ablate`, its MLflow calls through its tracking agent; training went on; exit 0; "
+            f"train/loss at every 5th step, {len(steps)} of 60, after the restart; "
             "run FINISHED; 'reachable again' said",
         )
     finally:
@@ -83,6 +94,7 @@ def test_run_ending_during_an_outage_is_spooled_then_synced(cli, request, workdi
     proc, log = start_training(cli, workdir, server.uri)
     try:
         wait_for(lambda: _has_points(server.uri), 300, "no metric reached the server")
+        assert through_its_agent(proc), "the run's MLflow calls do not go through its tracking agent"
         server.stop()
         assert proc.wait(600) == 0, log.read_text()[-2000:]
         spooled = list((workdir / ".ablate" / "state" / "spool").glob("*.json"))
@@ -99,7 +111,8 @@ def test_run_ending_during_an_outage_is_spooled_then_synced(cli, request, workdi
         assert sampled, "the system metrics sampled before the outage are kept"
         reliability.record(
             request,
-            f"exit 0; one spool file; sync exit 0: {len(steps)} of 60 train/loss points, result.json, run FINISHED; "
+            "`python -m ablate`, through its tracking agent: exit 0; one spool file; "
+            f"sync exit 0: {len(steps)} of 60 train/loss points, result.json, run FINISHED; "
             f"spool emptied; {len(sampled)} system metrics samples from before the outage",
         )
     finally:
