@@ -286,3 +286,60 @@ def test_a_sweep_of_many_runs_is_charted_one_line_a_swept_model_each_named(chrom
         shutil.copyfile(
             server.log.parent / "ui-sweep-chart-grouped.png", ROOT / "docs" / "images" / "ui-sweep-chart-grouped.png"
         )
+
+
+@pytest.fixture(scope="module")
+def sampled_run(cli, tmp_path_factory):
+    """One run that sampled its system metrics every 0.5 s (MLflow's default, 10 s, is longer than
+    a test run), in its own folder."""
+    workdir = tmp_path_factory.mktemp("ui-run")
+    proc = cli(
+        ["model=nano", "train.steps=90", "train.progress=false", "tracking.experiment=ui-run", *SMALL_DATA],
+        workdir,
+        env={"MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.5"},
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return workdir
+
+
+def test_a_runs_page_shows_its_dataset_and_its_system_metrics(sampled_run, chromium, mlflow_server):
+    """A run's page as MLflow draws it: the tokens it trained on under Datasets (name, fingerprint
+    as the digest, its Training context), and on the System metrics tab one chart for every
+    system/ metric the run logged. Screenshots kept as the sweep test's are."""
+    from playwright.sync_api import sync_playwright
+
+    store = f"sqlite:///{sampled_run / 'mlflow.db'}"
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("ui-run")
+    (run,) = client.search_runs([exp.experiment_id])
+    (dataset,) = [d.dataset for d in run.inputs.dataset_inputs]
+    system = sorted(k for k in run.data.metrics if k.startswith("system/"))
+    assert (
+        "system/cpu_utilization_percentage" in system and len(client.get_metric_history(run.info.run_id, system[0])) > 1
+    )
+
+    server = mlflow_server(store, ui=True)
+    shots = sampled_run / "screenshots"
+    shots.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_context(viewport={"width": 1400, "height": 1250}).new_page()
+        page.goto(
+            f"{server.uri}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning"
+        )
+        page.get_by_text(f"{dataset.name} ({dataset.digest})").first.wait_for(timeout=90_000)
+        text = re.sub(r"\s+", " ", page.inner_text("body"))
+        assert re.search(rf"Datasets {re.escape(dataset.name)} \({re.escape(dataset.digest)}\) Training", text), text[
+            :3000
+        ]
+        page.screenshot(path=str(shots / "ui-run-page.png"))
+        page.get_by_role("tab", name="System metrics").first.click()
+        for key in system:  # each chart titled by the metric's name after system/, drawn
+            page.get_by_text(key.removeprefix("system/"), exact=True).first.wait_for(timeout=90_000)
+        page.get_by_text(f"{run.info.run_name} (system/cpu_utilization_percentage)").first.wait_for(timeout=90_000)
+        page.screenshot(path=str(shots / "ui-run-system-metrics.png"))
+        browser.close()
+    if os.environ.get("ABLATE_WRITE_DOCS") == "1":
+        for shot in shots.iterdir():
+            shutil.copyfile(shot, ROOT / "docs" / "images" / shot.name)
