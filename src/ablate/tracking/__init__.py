@@ -1,6 +1,6 @@
 """Runs recorded in MLflow: batched, resumable, and surviving a store that goes away.
 
-tracker.py  Tracker (no-op), MLflowTracker (batched log_batch, resume without duplicates, outage buffer)
+tracker.py  Tracker (no-op), MLflowTracker (batched log_batch, resume without duplicates, outage buffer), spool_ending
 runstore.py RunStore: a run's MLflow calls on plain data (the one place that builds MLflow entities)
 agent.py    the same calls made by a process beside the run, which imports MLflow while the run starts
 dataset.py  dataset_input: the tokens a run trained on as its MLflow dataset input (name, fingerprint, source)
@@ -8,7 +8,7 @@ system_metrics.py  SystemMetrics: MLflow's system-metrics monitor for a store's 
 store.py    ensure_experiment (create once before fanning out), client_for (an existing store only)
 tags.py     every tag and key name this project writes and reads
 views.py    latest_views: a sweep's validation loss against FLOPs as a view in MLflow's UI
-spool.py    spool_ending, sync_file: a run's ending spooled during an outage, and its delivery
+spool.py    sync_file: deliver a run's ending spooled during an outage (tracker.spool_ending writes it)
 """
 
 from ablate.api import lazy_api
@@ -16,7 +16,7 @@ from ablate.api import lazy_api
 __all__, __getattr__, __dir__ = lazy_api(
     __name__,
     {
-        "tracker": ("Tracker", "make_tracker"),
+        "tracker": ("Tracker", "make_tracker", "spool_ending"),
         "runstore": ("ExistingRun", "existing_run"),
         "agent": ("mlflow_modules",),
         "store": (
@@ -43,7 +43,7 @@ __all__, __getattr__, __dir__ = lazy_api(
             "SWEEP_TAG",
             "TRUNK_KIND",
         ),
-        "spool": ("SpoolError", "spool_ending", "sync_file"),
+        "spool": ("SpoolError", "sync_file"),
         "views": ("latest_views",),
     },
     modules=("agent", "views"),

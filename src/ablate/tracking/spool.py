@@ -9,25 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ablate.files import write_json
 from ablate.tracking.runstore import MAX_METRICS_PER_BATCH, RunStore
 from ablate.tracking.tags import REASON_TAG, STEP_KEY
 from ablate.tracking.tracker import step_chunks
-
-
-def spool_ending(directory: Path, uri: str, run_id: str, status: str, reason: str, artifacts) -> Path:
-    """A run's ending that its store did not take (an outage): DIRECTORY/<run_id>.json, delivered by
-    sync_file (`ablate sync`) with its artifacts, reason and status."""
-    record = {
-        "uri": uri,
-        "run_id": run_id,
-        "status": status,
-        "reason": reason,
-        "last_logged_step": -1,
-        "metrics": [],
-        "artifacts": [str(a) for a in artifacts],
-    }
-    return write_json(Path(directory) / f"{run_id}.json", record)
 
 
 class SpoolError(ValueError):

@@ -182,17 +182,28 @@ class MLflowTracker(Tracker):
             )
 
     def spool(self, status: str, reason: str, artifacts) -> Path:
-        record = {
-            "uri": self.cfg.uri,
-            "run_id": self.run_id,
-            "status": status,
-            "reason": reason,
-            "last_logged_step": self.last_logged_step,
-            "metrics": [list(m) for m in self.pending],
-            "artifacts": [str(a) for a in artifacts],
-        }
         directory = self.spool_dir or Path(".ablate") / "spool"
-        return write_json(directory / f"{self.run_id}.json", record)
+        return spool_ending(
+            directory, self.cfg.uri, self.run_id, status, reason, artifacts, self.pending, self.last_logged_step
+        )
+
+
+def spool_ending(
+    directory: Path, uri: str, run_id: str, status: str, reason: str, artifacts, metrics=(), last_logged_step=-1
+) -> Path:
+    """A run's ending that its store did not take (an outage): DIRECTORY/<run_id>.json with its
+    undelivered metric points, delivered by spool.sync_file (`ablate sync`) with its artifacts,
+    reason and status. A training run's, or a sweep's parent run's (no points)."""
+    record = {
+        "uri": uri,
+        "run_id": run_id,
+        "status": status,
+        "reason": reason,
+        "last_logged_step": last_logged_step,
+        "metrics": [list(m) for m in metrics],
+        "artifacts": [str(a) for a in artifacts],
+    }
+    return write_json(Path(directory) / f"{run_id}.json", record)
 
 
 def make_tracker(
