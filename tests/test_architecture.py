@@ -492,6 +492,16 @@ def test_other_packages_are_imported_through_their_api(module):
     assert api_violations(MODULES[module], module) == [], f"{module} imports around an API"
 
 
+PLUGIN_FILES = sorted((SRC.parent / "hydra_plugins").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", PLUGIN_FILES, ids=lambda p: str(p.relative_to(SRC.parent)))
+def test_the_hydra_plugins_import_the_project_through_its_apis(path):
+    """The plugins are entry points Hydra finds by their package's name: what they call in the
+    project is what its packages export, not the modules the packages are split into."""
+    assert api_violations(path, "hydra_plugins") == []
+
+
 @pytest.mark.parametrize("package", API_PACKAGES)
 def test_every_name_of_an_api_is_what_its_module_defines(package):
     """Each exported name loads, and is the object of the module it is said to come from: a name that

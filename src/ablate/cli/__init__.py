@@ -16,4 +16,8 @@ library that turns a ConfigError into one line and exit 2 (common.fail).
 
 from ablate.api import lazy_api
 
-__all__, __getattr__, __dir__ = lazy_api(__name__, {"main": ("entry",)})
+__all__, __getattr__, __dir__ = lazy_api(
+    __name__,
+    # common: what the Hydra plugins (src/hydra_plugins) need to fail as a command does
+    {"main": ("entry",), "common": ("fail", "explain", "resolved_task")},
+)

@@ -20,8 +20,10 @@ __all__, __getattr__, __dir__ = lazy_api(
         "context": ("PROGRESS_FILE", "job_context", "read_sweep_file"),
         "summary": ("OUTPUT_FILES",),
         "study": ("load_study", "refresh", "run_analyses", "run_study", "run_target"),
+        "callback": ("sweep_callback",),
         "launch.feed": ("SlotLauncher",),
         "launch.slurm": ("JOBS_FILE",),
     },
-    modules=("callback", "prediction", "rows", "plots"),
+    # the two launchers, each `launch` and `launch_as_slots_free` (hydra_plugins call them)
+    modules=("callback", "prediction", "rows", "plots", "launch.process", "launch.slurm"),
 )

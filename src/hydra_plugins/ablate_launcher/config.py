@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
 
-from ablate.config.launch import ProcessSettings
+from ablate.config import ProcessSettings
 
 
 @dataclass

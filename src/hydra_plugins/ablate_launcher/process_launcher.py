@@ -1,5 +1,5 @@
 """Hydra discovers launchers only inside the `hydra_plugins` namespace package (hydra.core.plugins),
-so the plugin class lives here and the work is done by `ablate.sweep.launch.process` (imported lazily: Hydra
+so the plugin class lives here and the work is done by `ablate.sweep`'s process launcher (imported lazily: Hydra
 imports every plugin module at start-up, and this one must stay cheap).
 
 Configs: hydra/launcher=sequential and parallel, registered in Hydra's ConfigStore by config.py.
@@ -8,7 +8,6 @@ Configs: hydra/launcher=sequential and parallel, registered in Hydra's ConfigSto
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
@@ -22,7 +21,7 @@ class ProcessLauncher(Launcher):
     """Each job in its own process on this machine, `workers` at a time, `threads_per_job` threads each."""
 
     def __init__(self, workers: int | None = None, threads_per_job: int | None = None, stop_timeout_s: float = 60.0):
-        from ablate.cli.common import fail
+        from ablate.cli import fail
         from ablate.config import ConfigError, parse_process_settings
 
         try:  # Hydra builds the launcher before the sweep's first job is planned: nothing exists yet
@@ -38,22 +37,21 @@ class ProcessLauncher(Launcher):
         self.config: DictConfig | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        from ablate.sweep.callback import sweep_callback
-        from ablate.sweep.launch.process import tracking_uri
+        from ablate.sweep import process, sweep_callback
 
         self.hydra_context = hydra_context
         self.task_function = task_function
         self.config = config
         self.sweep = sweep_callback(hydra_context)
         if self.sweep is not None:  # it boots while the sweeper composes and plans the jobs
-            self.pool = self.sweep.start_worker(tracking_uri(config))
+            self.pool = self.sweep.start_worker(process.tracking_uri(config))
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from ablate.sweep.launch.process import launch
+        from ablate.sweep import process
 
         sweep = self.sweep
         return self._run(
-            launch,
+            process.launch,
             job_overrides,
             initial_job_idx,
             self.settings,
@@ -64,11 +62,11 @@ class ProcessLauncher(Launcher):
 
     def launch_as_slots_free(self, feed, slots: int, initial_job_idx: int) -> list[JobReturn]:
         """ablate.sweep.launch.feed.SlotLauncher: a new job whenever one ends (an Optuna study's trials)."""
-        from ablate.sweep.launch.process import launch_as_slots_free
+        from ablate.sweep import process
 
         sweep = self.sweep
         return self._run(
-            launch_as_slots_free,
+            process.launch_as_slots_free,
             feed,
             slots,
             initial_job_idx,
@@ -81,18 +79,17 @@ class ProcessLauncher(Launcher):
         """The warm worker, kept across launches, told where this sweep's logs go."""
         import weakref
 
-        from ablate.sweep.launch.pool import Pool
-        from ablate.sweep.launch.process import WORK_DIR, tracking_uri
+        from ablate.sweep import process
 
         assert self.config is not None
-        if self.pool is None:
-            self.pool = Pool(tracking_uri(self.config))
+        started = self.pool is None
+        self.pool = process.warm_pool(self.pool, self.config)
+        if started:
             weakref.finalize(self, self.pool.close)  # at exit at the latest: the worker ends with its launcher
-        self.pool.set_work(Path(str(self.config.hydra.sweep.dir)) / WORK_DIR)
         return self.pool
 
     def _run(self, launch_fn, *args, **kwargs):
-        from ablate.cli.common import fail
+        from ablate.cli import fail
         from ablate.config import ConfigError
 
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
 
-from ablate.config.search import SearchConfig
+from ablate.config import SearchConfig
 
 
 @dataclass

@@ -30,11 +30,10 @@ class OptunaSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> Any:
-        from ablate.cli.common import fail, resolved_task
+        from ablate.cli import fail, resolved_task
         from ablate.config import ConfigError, parse_search
-        from ablate.search.driver import run_study
-        from ablate.search.space import check_sweeper
-        from ablate.sweep.callback import sweep_callback
+        from ablate.search import check_sweeper, run_study
+        from ablate.sweep import sweep_callback
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         settings = {

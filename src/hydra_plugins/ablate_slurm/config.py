@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
 
-from ablate.config.launch import SubmititSettings
+from ablate.config import SubmititSettings
 
 
 @dataclass

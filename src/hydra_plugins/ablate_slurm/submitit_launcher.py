@@ -1,5 +1,5 @@
 """Hydra discovers launchers only inside the `hydra_plugins` namespace package (hydra.core.plugins),
-so the plugin class lives here and the work is done by `ablate.sweep.launch.slurm` (imported lazily:
+so the plugin class lives here and the work is done by `ablate.sweep`'s SLURM launcher (imported lazily:
 Hydra imports every plugin module at start-up, and this one must stay cheap).
 
 Configs: hydra/launcher=slurm and submitit_local, registered in Hydra's ConfigStore by config.py.
@@ -22,7 +22,7 @@ class SubmititLauncher(Launcher):
     """A multirun as one job array through submitit: on SLURM, or as local processes."""
 
     def __init__(self, **params: Any) -> None:
-        from ablate.cli.common import fail
+        from ablate.cli import fail
         from ablate.config import ConfigError, parse_submitit_settings
 
         try:
@@ -39,20 +39,20 @@ class SubmititLauncher(Launcher):
         self.config = config
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from ablate.sweep.launch.slurm import launch
+        from ablate.sweep import slurm
 
-        return self._run(launch, job_overrides, initial_job_idx, self.settings)
+        return self._run(slurm.launch, job_overrides, initial_job_idx, self.settings)
 
     def launch_as_slots_free(self, feed, slots: int, initial_job_idx: int) -> list[JobReturn]:
         """ablate.sweep.launch.feed.SlotLauncher: each job submitted on its own as one of `slots` ends."""
-        from ablate.sweep.launch.slurm import launch_as_slots_free
+        from ablate.sweep import slurm
 
-        return self._run(launch_as_slots_free, feed, slots, initial_job_idx, self.settings)
+        return self._run(slurm.launch_as_slots_free, feed, slots, initial_job_idx, self.settings)
 
     def _run(self, launch_fn, *args):
-        from ablate.cli.common import fail
+        from ablate.cli import fail
         from ablate.config import ConfigError
-        from ablate.sweep.callback import sweep_callback
+        from ablate.sweep import sweep_callback
 
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
         sweep = sweep_callback(self.hydra_context)

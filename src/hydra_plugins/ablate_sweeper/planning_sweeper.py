@@ -60,9 +60,9 @@ class PlanningSweeper(BasicSweeper):
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
-        from ablate.cli.common import explain, fail
+        from ablate.cli import explain, fail
         from ablate.config import ConfigError
-        from ablate.sweep.callback import sweep_callback
+        from ablate.sweep import sweep_callback
 
         assert self.hydra_context is not None
         sweep = sweep_callback(self.hydra_context)

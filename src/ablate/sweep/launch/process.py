@@ -128,6 +128,15 @@ def launch(
     return [returns[j.num] for j in jobs]
 
 
+def warm_pool(pool: Pool | None, config) -> Pool:
+    """The warm worker a launcher keeps across launches (an Optuna study's batches), started here
+    if it has none yet, told where this sweep's logs go."""
+    if pool is None:
+        pool = Pool(tracking_uri(config))
+    pool.set_work(Path(str(config.hydra.sweep.dir)) / WORK_DIR)
+    return pool
+
+
 def tracking_uri(config) -> str | None:
     """The sweep's MLflow URI, for the worker to load that store's code; None without tracking."""
     from omegaconf import OmegaConf
