@@ -54,9 +54,13 @@ def config_hash(cfg: RunConfig, hardware=None) -> str:
     """sha256 of the canonical JSON of the result-determining config; 16 hex characters.
 
     The resolved device (not the hardware preset's name) is part of the key: `auto` on a GPU
-    machine and `cpu` are different runs.
+    machine and `cpu` are different runs. The model is keyed by its preset's name and its sizes,
+    each its own key, so the name derived from them (nano.n_layer_12) changes no hash.
     """
     flat = {k: v for k, v in flatten(as_dict(cfg)).items() if not _excluded(k)}
+    preset = flat.pop("model.preset", None)
+    if preset is not None:  # the preset's name, as runs were hashed before names told sizes (ModelConfig.named)
+        flat["model.name"] = preset
     if not flat.get("model.mup"):  # options that change nothing when off keep older hashes valid
         flat.pop("model.mup", None)
         flat.pop("model.mup_base_width", None)

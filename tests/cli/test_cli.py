@@ -5,6 +5,8 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
+import reliability
+from ablate.tracking.tags import CONFIG_HASH_TAG
 from support import SMALL_DATA
 
 pytestmark = pytest.mark.e2e
@@ -79,6 +81,27 @@ def test_a_token_budget_on_the_command_line_replaces_the_default_steps(cli, work
     assert json.loads(result.read_text())["tokens"] == 3 * 16 * 64  # ceil(3000 / 1024 tokens per step)
     both = cli(["train.tokens=3000", "train.steps=5", *SMALL_DATA], workdir)
     assert both.returncode == 2 and "exactly one training budget is needed" in both.stderr
+
+
+@pytest.mark.ledger("fault", "`ablate model=nano model.n_layer=3` (a preset with a size of its own), tracked")
+def test_a_preset_with_a_size_of_its_own_is_recorded_under_the_name_of_what_it_trains(request, cli, workdir):
+    """Not as nano, whose preset has 2 layers: result.json, the MLflow run's name and its params name
+    nano.n_layer_3; model.preset names the preset, whose name the config hash reads."""
+    args = ["model=nano", "model.n_layer=3", "train.steps=2", "train.eval_interval=2", "train.eval_batches=1"]
+    proc = cli([*args, f"tracking.uri=sqlite:///{workdir / 'mlflow.db'}", *SMALL_DATA, "train.progress=false"], workdir)
+    assert proc.returncode == 0, proc.stderr
+    (found,) = workdir.glob("outputs/*/*/result.json")
+    result = json.loads(found.read_text())
+    (run,) = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}").search_runs(["0", "1"])
+    assert result["model"] == "nano.n_layer_3" and result["mlflow_run_id"] == run.info.run_id
+    assert run.info.run_name == f"nano.n_layer_3-fp32-{result['config_hash'][:6]}"
+    assert (run.data.params["model.name"], run.data.params["model.preset"]) == ("nano.n_layer_3", "nano")
+    assert run.data.params["model.n_layer"] == "3" and run.data.tags[CONFIG_HASH_TAG] == result["config_hash"]
+    reliability.record(
+        request,
+        f"exit 0; result.json model nano.n_layer_3; MLflow run {run.info.run_name}, params model.name=nano.n_layer_3 "
+        "model.preset=nano model.n_layer=3, its config hash tag result.json's",
+    )
 
 
 @pytest.mark.slow

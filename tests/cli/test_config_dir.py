@@ -53,9 +53,17 @@ def test_a_preset_of_your_own_can_start_from_a_packaged_one(cli, workdir):
     mine = workdir / "my_presets" / "model"
     mine.mkdir(parents=True)
     (mine / "mine.yaml").write_text(yaml.safe_dump({"defaults": ["micro", "_self_"], "name": "mine", "n_layer": 2}))
-    _, composed = trained(cli, workdir, ["--config-dir", str(mine.parent), "model=mine"])
+    result, composed = trained(cli, workdir, ["--config-dir", str(mine.parent), "model=mine"])
     micro = preset("model", "micro")
     assert composed["model"] == {**micro, "name": "mine", "n_layer": 2} and micro["n_layer"] != 2
+    assert result["model"] == "mine"  # its sizes are its preset's as composed, micro's under its own
+
+
+def test_a_size_changed_on_a_preset_of_your_own_is_in_its_name(cli, workdir):
+    """The run finds the user's preset where Hydra found it (--config-dir) to tell what it changes."""
+    mine = presets(workdir / "my_presets", MINE)
+    result, _ = trained(cli, workdir, ["--config-dir", str(mine), "model=mine", "model.n_embd=32"])
+    assert result["model"] == "mine.n_embd_32"
 
 
 def test_a_packaged_preset_keeps_its_name(cli, workdir):

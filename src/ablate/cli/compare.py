@@ -26,7 +26,7 @@ import csv
 import sys
 
 from ablate.cli.common import fail, hydra_main
-from ablate.config import CompareConfig, ConfigError, parse_compare
+from ablate.config import CompareConfig, ConfigError, ModelConfig, parse_compare, real_name
 from ablate.files import check_writable_dir
 from ablate.provenance import hashed
 
@@ -47,7 +47,8 @@ def arms_from_experiment(cfg: CompareConfig):
             f"arm={cfg.arm} is not a config key the runs of {cfg.experiment} record "
             f"(valid: a key whose value differs between them: {', '.join(varying) or 'none differs'})"
         )
-    values = [p[key] for p in rows]
+    # the model's name made again from its sizes, as for pairing below (_model_name)
+    values = [(_model_name(p) or p[key]) if key == "model.name" else p[key] for p in rows]
     pairing = [
         # the data's result-determining keys: two checkouts' cache folders hold the same tokens
         _pairing(
@@ -106,9 +107,35 @@ def _pairing(config: dict, seed, size=None) -> tuple:
 
 
 def _size(params: dict, arm: str):
-    """The run's model preset, which names its size whatever an architecture arm does to its parameter
-    count; None where the arm is the model itself (its arms are the sizes)."""
-    return None if arm in ("model", "model.name") else params.get("model.name")
+    """The run's model by name, which names its size whatever an architecture arm does to its
+    parameter count; None where the arm is the model itself (its arms are the sizes). Where the arm is
+    one of the sizes (arm=model.n_embd), the name of the rest: runs that differ in it alone are one
+    model instance in each arm."""
+    if arm in ("model", "model.name", "model.preset"):
+        return None
+    return _model_name(params, arm) or params.get("model.name")
+
+
+def _model_name(params: dict, arm: str | None = None) -> str | None:
+    """The run's model name made again from its recorded preset and sizes (ModelConfig.named), the
+    arm's key left out; so a run recorded before names told sizes (tiny trained at n_embd=128 and
+    recorded as tiny) is not taken for tiny. None where its preset is not found."""
+    preset = params.get("model.preset") or params.get("model.name")
+    if preset is None:
+        return None
+    keys = tuple(k for k in ModelConfig.NAMED_BY if f"model.{k}" in params and f"model.{k}" != arm)
+    sizes = ModelConfig(name=preset, **{k: _number(params[f"model.{k}"]) for k in keys})
+    return real_name("model", sizes, keys)
+
+
+def _number(param: str):
+    """An MLflow param (a string) as the config held it: 12, or None."""
+    if param == "None":
+        return None
+    try:
+        return int(param)
+    except ValueError:
+        return param
 
 
 def _group(points, values: list[str], pairing: list[tuple], cfg: CompareConfig) -> tuple[dict, dict]:

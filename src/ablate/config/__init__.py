@@ -13,7 +13,8 @@ its own slice. Bad input raises `ConfigError`, whose message is one line: key, b
     search.py   the Optuna sweeper's settings; parse_search
     schema.py   build and coerce: a tree to a dataclass, key by key; the shared range checks
     launch.py   the launchers' settings (hydra.launcher), which the plugins register in Hydra's ConfigStore
-    presets.py  where the presets live: pkg://ablate.conf (a user's own come in with --config-dir)
+    presets.py  where the presets live: pkg://ablate.conf (a user's own come in with --config-dir); a preset as
+                composed, and the name of what a config holds (real_name: nano.n_layer_12)
 """
 
 from ablate.config.data import (
@@ -58,7 +59,7 @@ from ablate.config.plan import (
     PlanInputs,
     parse_plan,
 )
-from ablate.config.presets import CONF_DIR, CONF_MODULE, CONF_PATH, group_options
+from ablate.config.presets import CONF_DIR, CONF_MODULE, CONF_PATH, group_options, read_preset, real_name
 from ablate.config.run import (
     BUDGET_KEYS,
     DEVICE_KINDS,
@@ -171,7 +172,9 @@ __all__ = [
     "require_at_most",
     "require_fraction",
     "require_positive",
-    # where the presets live
+    # where the presets live, and the name of what a config holds
+    "read_preset",
+    "real_name",
     "CONF_DIR",
     "CONF_MODULE",
     "CONF_PATH",

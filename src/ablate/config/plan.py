@@ -156,6 +156,8 @@ def parse_plan(tree: dict) -> PlanInputs:
             f"model.vocab_size is null for model={model.name} (valid: a vocabulary size, "
             "e.g. model.vocab_size=27 for the synthetic language or 50257 for GPT-2's BPE)"
         )
+    # Named as the user chose them (ModelConfig.named); the context is the plan's own key, and the plan says it.
+    model, hardware = model.named(), hardware.named()
     if plan.context is not None:
         model = replace(model, block_size=plan.context)
     for part in (model, precision, hardware, plan):

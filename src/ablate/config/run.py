@@ -6,11 +6,11 @@ slice (a `ModelConfig`, never the whole tree).
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ablate.config.data import DataConfig, parse_data
-from ablate.config.presets import CONF_DIR
+from ablate.config.presets import CONF_DIR, real_name
 from ablate.config.schema import (
     build,
     coerce,
@@ -53,7 +53,12 @@ POSITIONS = ("learned", "rope", "none")
 
 @dataclass
 class ModelConfig:
+    # What runs are recorded, compared and planned under: the preset's name where the model holds
+    # what its preset fixes of NAMED_BY, else the name of what it holds (nano.n_layer_12, `named`).
     name: str = "custom"
+    # The preset it was composed from (model=nano), set by parsing: the config hash reads it as
+    # model.name, so a run on a preset hashes as it did before its name told its sizes.
+    preset: str | None = None
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
@@ -89,6 +94,17 @@ class ModelConfig:
     # mup_base_width is ignored while mup is false, so one preset can serve both in a sweep.
     mup: bool = False
     mup_base_width: int | None = None
+
+    # What a model's name says about it: its shape. The architecture arms (position, mlp, n_kv_head,
+    # tie_embeddings, ...) are not in it: an arm is compared against its preset's baseline at the
+    # same size, and is recorded under its own key.
+    NAMED_BY = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
+
+    def named(self) -> ModelConfig:
+        """This model under the name of what it holds (presets.real_name), its preset kept in
+        `preset`; a name without a preset file (custom, a user's own) stays as given."""
+        preset = self.preset or self.name
+        return replace(self, name=real_name("model", self, self.NAMED_BY, preset) or self.name, preset=preset)
 
     def validate(self) -> None:
         for key in ("n_layer", "n_head", "n_embd", "block_size"):
@@ -257,6 +273,15 @@ class HardwareConfig:
     # Runs at once on one machine under the parallel launcher; None means from the core count.
     workers: int | None = None
     cuda_capability: float | None = None
+
+    # What a hardware preset's name says: the device and its chip's figures. The price, the node's
+    # GPU count and the workers are how it is rented and used, and leave it the same hardware.
+    NAMED_BY = ("device", "peak_flops", "memory_gb", "memory_bandwidth_gbs", "cuda_capability")
+
+    def named(self) -> HardwareConfig:
+        """This hardware under the name of what it holds (an h100 with 40 GB: h100.memory_gb_40); not
+        hashed (provenance.HASH_EXCLUDED), so no preset is kept beside it."""
+        return replace(self, name=real_name("hardware", self, self.NAMED_BY) or self.name)
 
     def validate(self) -> None:
         for k, v in self.peak_flops.items():
@@ -507,6 +532,9 @@ def parse_run(tree: dict) -> RunConfig:
     )
     for part in (run.model, run.data, run.precision, run.hardware, run.optim, run.train, run.tracking):
         part.validate()
+    # A preset with a size of its own is recorded under the name of what it trains, not the preset's
+    # (precision, whose name is its numbers, refuses a contradiction instead: _check_name).
+    run.model, run.hardware = run.model.named(), run.hardware.named()
     check_optimizer_fits(run)
     key, value = budget(run.train)
     if isinstance(value, list) and run.optim.schedule != "wsd":
