@@ -483,6 +483,25 @@ def mlflow_server(tmp_path, mlflow_store_template):
 
 
 @pytest.fixture
+def tmpfs(tmp_path):
+    """tmpfs(options): a filesystem of its own at tmp_path/disk (tmpfs mount options, e.g. "size=128k",
+    "size=1m,ro"), unmounted at the end of the test; needs root (see _require)."""
+    mounted: list[Path] = []
+
+    def mount(options: str) -> Path:
+        where = tmp_path / "disk"
+        where.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True)
+        _require(done.returncode == 0, f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+@pytest.fixture
 def postgres():
     """A throwaway PostgreSQL cluster on loopback, run as the postgres user; yields its URI."""
     bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))

@@ -19,6 +19,26 @@ DATA = ROOT / "tests" / "fixtures"  # committed input files (Epoch's Chinchilla 
 SMALL_DATA = ["data.n_words=500", "data.train_tokens=200000", "data.val_tokens=20000"]
 
 
+def nano_pair(steps: int, log_every: int, eval_every: int, checkpoint_every: int) -> list[str]:
+    """A sweep of two nano runs (seeds 0 and 1) on the small language, both at once under the
+    parallel launcher, one thread each, flushing their metrics often."""
+    return [
+        "--multirun",
+        "model=nano",
+        *SMALL_DATA,
+        "train.progress=false",
+        f"train.steps={steps}",
+        f"train.log_interval={log_every}",
+        f"train.eval_interval={eval_every}",
+        f"train.checkpoint_interval={checkpoint_every}",
+        "train.flush_interval_s=0.3",
+        "train.seed=0,1",
+        "hydra/launcher=parallel",
+        "hydra.launcher.workers=2",
+        "hydra.launcher.threads_per_job=1",
+    ]
+
+
 def preset(group: str, name: str) -> dict:
     """The preset GROUP/NAME.yaml as a plain dict, as the tests build configs from it."""
     return yaml.safe_load((CONF / group / f"{name}.yaml").read_text())

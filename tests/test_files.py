@@ -12,7 +12,9 @@ from ablate.files import (
     WriteError,
     check_file_slots,
     disk_errors,
+    disk_refused,
     inside,
+    not_a_file,
     output_dir,
     read_regular,
     staged_folder,
@@ -68,6 +70,26 @@ def test_a_disk_that_refuses_a_write_is_one_line(tmp_path, code):
     with pytest.raises(WriteError, match="nothing of this output was written"):
         with disk_errors(tmp_path / "plan.json"):
             raise OSError(code, "refused")
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EDQUOT])
+def test_a_disk_that_refused_a_write_is_told_apart_from_other_errors(tmp_path, code):
+    with pytest.raises(WriteError) as caught:
+        with disk_errors(tmp_path / "plan.json"):
+            raise OSError(code, "refused")
+    assert disk_refused(caught.value) and disk_refused(OSError(code, "refused"))
+    assert not disk_refused(OSError(errno.EACCES, "denied"))
+    assert not disk_refused(WriteError("plan.json is a folder where a file belongs"))
+
+
+def test_what_stands_where_a_file_belongs_is_named(tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    names = ("file", "none", "folder", "fifo", "link")
+    kinds = [not_a_file(tmp_path / name) for name in names]
+    assert kinds == [None, None, "a folder", "not a regular file", "a link"]
 
 
 def test_an_error_that_is_not_the_disk_stays_what_it_is(tmp_path):

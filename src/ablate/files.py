@@ -38,15 +38,26 @@ DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 
 class WriteError(ConfigError):
     """A command's output could not be written (a full or read-only disk); its message is one line
-    that says nothing of the set was written."""
+    that says nothing of the set was written. `errno`: why the disk refused it, where it did."""
+
+    errno: int | None = None
 
 
 def write_error(exc: OSError, path: Path, key: str = "out") -> WriteError:
     """The one line for a disk that refused `path`: which file, why, and that none of it stayed."""
-    return WriteError(
+    error = WriteError(
         f"{key}: cannot write {path} ({exc.strerror or exc}); nothing of this output was written "
         "(valid: a folder you can write on a disk with room)"
     )
+    error.errno = exc.errno
+    return error
+
+
+def disk_refused(exc: BaseException) -> bool:
+    """Whether `exc` is a disk that refused a write (DISK_ERRNOS), raised as it is or as WriteError:
+    what it stopped was stopped by where it writes, not by what it is, and can go on there once the
+    disk has room."""
+    return isinstance(exc, (OSError, WriteError)) and exc.errno in DISK_ERRNOS
 
 
 @contextmanager
@@ -271,6 +282,18 @@ def check_file_slots(folder, names, key: str) -> None:
         if path.exists() and not path.is_file():
             kind = "a folder" if path.is_dir() else "not a regular file"
             raise ConfigError(f"{key}: {path} is {kind} where a file belongs (valid: remove it, or another {key})")
+
+
+def not_a_file(path: Path) -> str | None:
+    """What stands at `path` where a regular file belongs: "a link", "a folder" or "not a regular
+    file" (a FIFO, a socket, a device); None for a regular file, or for nothing there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return "a link" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
 
 
 def quarantine(path: Path) -> Path:

@@ -17,7 +17,7 @@ from ablate.config import BUDGET_KEYS, CONF_DIR, CONF_MODULE, CONF_PATH, ConfigE
 from ablate.files import check_file_slots, check_writable_dir, disk_errors
 from ablate.host import interrupting_signal
 from ablate.run import EXIT_BUSY, Busy, sweep_lock
-from ablate.sweep import OUTPUT_FILES
+from ablate.sweep import OUTPUT_FILES, set_aside
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -220,11 +220,18 @@ def _multirun(hydra, cfg, config_name: str, task: Callable):
 
 def claim_sweep(cfg):
     """The sweep's folder claimed for this launch before anything is written there (run/lock.py):
-    Busy, one line naming the launch that holds it, when another does."""
+    Busy, one line naming the launch that holds it, when another does. Then what earlier launches
+    left there that is not what it should be is moved aside, one line each (sweep/folder.py)."""
     from hydra.core.hydra_config import HydraConfig
 
     HydraConfig.instance().set_config(cfg)  # hydra.sweep.dir may interpolate ${hydra:...}
-    return sweep_lock(str(cfg.hydra.sweep.dir)).acquire()
+    lock = sweep_lock(str(cfg.hydra.sweep.dir)).acquire()
+    try:
+        set_aside(Path(str(cfg.hydra.sweep.dir)), f"{hydra_node(cfg, 'job.name')}.log")
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
 
 # Groups a training run takes beyond its defaults list: +sweep=NAME, and Hydra's launchers and sweeper.

@@ -215,8 +215,11 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt as exc:  # the launcher has stopped its jobs (sweep/launch/process.py)
         print(f"interrupted: {exc}" if str(exc) else "interrupted", file=sys.stderr)
         raise SystemExit(128 + (interrupting_signal(exc) or signal.SIGINT)) from None  # the shell's convention
-    summaries = [c.summary for c in getattr(callbacks, "callbacks", []) if isinstance(c, callback.SweepCallback)]
-    if any(s is not None and s.failed for s in summaries):
+    sweeps = [c for c in getattr(callbacks, "callbacks", []) if isinstance(c, callback.SweepCallback)]
+    for sweep in sweeps:
+        if sweep.unwritten:  # its summary: the disk took none of it
+            fail(sweep.unwritten, code=1)
+    if any(s.summary is not None and s.summary.failed for s in sweeps):
         sys.exit(1)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.files import quarantine, read_json, write_bytes, write_json
+from ablate.files import not_a_file, quarantine, read_json, write_bytes, write_json
 
 CHECKPOINT = "checkpoint.pt"
 PREVIOUS = "checkpoint.prev.pt"
@@ -132,8 +132,8 @@ def quarantine_non_files(directory: Path) -> None:
     tool put one) would make the next write fail mid-run: each is moved aside with one line instead."""
     for name in (CHECKPOINT, PREVIOUS, META):
         path = directory / name
-        if (path.exists() or path.is_symlink()) and not (path.is_file() and not path.is_symlink()):
-            kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
+        kind = not_a_file(path)
+        if kind:
             print(
                 f"ablate: checkpoint {path} is {kind}, not a file; moved aside to {quarantine(path)}", file=sys.stderr
             )

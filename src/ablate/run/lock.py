@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.files import quarantine
+from ablate.files import not_a_file, quarantine
 from ablate.host import process_alive
 from ablate.tracking import sqlite_path
 
@@ -246,8 +246,8 @@ class RunLock:
 def _set_aside_if_not_a_file(path: Path) -> None:
     """A folder (or a link, a FIFO) where the lock or lease file belongs would fail every launch:
     moved into quarantine/ beside it with one line, as a checkpoint that is not a file is."""
-    if (path.exists() or path.is_symlink()) and not (path.is_file() and not path.is_symlink()):
-        kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
+    kind = not_a_file(path)
+    if kind:
         print(f"ablate: lock file {path} is {kind}; moved aside to {quarantine(path)}", file=sys.stderr)
 
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.files import write_json
+from ablate.files import read_regular, write_json
 
 STATUS_EVERY_S = 1.0
 # Without a terminal (output piped or sent to a log file) there is no bar: a plain line this often
@@ -233,7 +233,8 @@ def _fresh_json(path: Path, since: float) -> dict | None:
     try:
         if path.stat().st_mtime < since - 1.0:
             return None
-        return json.loads(path.read_text())
+        doc = json.loads(read_regular(path))
+        return doc if isinstance(doc, dict) else None
     except (OSError, ValueError):
         return None
 

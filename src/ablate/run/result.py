@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ablate.config import ConfigError
-from ablate.files import write_json
+from ablate.files import read_regular, write_json
 from ablate.model import accounting
 from ablate.perf import gpu_memory
 
@@ -195,7 +195,7 @@ def read_result(out_dir: Path) -> RunResult:
     """The run's result.json; one that is missing, torn or of another shape is refused in one line."""
     path = out_dir / RESULT_FILE
     try:
-        return RunResult(**json.loads(path.read_text()))
+        return RunResult(**json.loads(read_regular(path)))
     except OSError as exc:
         raise ConfigError(f"{path} cannot be read ({exc.strerror}) (valid: {VALID_RESULT})") from None
     except (ValueError, TypeError) as exc:

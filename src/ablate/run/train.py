@@ -8,6 +8,9 @@ config hash trains at a time (run/lock.py): a second one, while the first trains
 result naming the first. A checkpoint that does not load or does not fit the run is quarantined
 (checkpoint.load_good) and the run goes on from the one before, or from step 0. The MLflow run is
 closed on every ending this process sees, and by a watchdog (run/watchdog.py) on the ones it does not.
+A run that a full or read-only disk stopped (a checkpoint, its result.json, a log line it could not
+write) ends KILLED, as a signal's does: what stopped it is where it writes, not what it is, and the
+same command resumes it from its last checkpoint once the disk has room.
 
 A cooldown branch (run/branches.py) is such a run with a `fork`: whenever it would start at step 0
 it starts from the fork instead, its trunk's state at the step its cooldown begins, which is its
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from ablate.config import RunConfig, as_dict
 from ablate.faults import failpoint
+from ablate.files import WriteError, disk_refused
 from ablate.model import accounting
 from ablate.provenance import code_version, flatten
 from ablate.run import checkpoint, preemption, ranks
@@ -183,8 +187,11 @@ def _run(
         finally:
             preemption.uninstall()
     except BaseException as exc:  # whatever ended it, the MLflow run is closed with the reason
-        status = "KILLED" if isinstance(exc, (KeyboardInterrupt, preemption.Requeued)) else "FAILED"
+        stopped = isinstance(exc, (KeyboardInterrupt, preemption.Requeued)) or disk_refused(exc)
+        status = "KILLED" if stopped else "FAILED"
         reason = f"{type(exc).__name__}: {exc}"
+        if disk_refused(exc):
+            reason += "; the same command resumes it once the disk has room"
         ended = (
             trainer.result(status.lower(), reason)
             if trainer
@@ -192,9 +199,12 @@ def _run(
                 p, status.lower(), tracker.run_id, reason, kind=family.kind, fork_step=family.fork_step
             )
         )
-        path = write_result(ended, out_dir)
+        try:
+            written = [write_result(ended, out_dir)]
+        except (OSError, WriteError):  # the disk that stopped the run takes no result.json either
+            written = []
         if tracker.run_id or cfg.tracking.backend == "none":  # an MLflow run exists to close
-            tracker.finish(status, reason, [path])
+            tracker.finish(status, reason, written)
         raise
     else:
         reason = f"pruned: {result.reason}" if result.status == "pruned" else result.reason

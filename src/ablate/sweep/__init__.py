@@ -2,6 +2,7 @@
 
 callback.py  SweepCallback (Hydra): plan, parent MLflow run, live progress, summary
 context.py   SWEEP_DIR/sweep.json: what each job knows about its sweep
+folder.py    set_aside: what earlier launches left in a sweep's folder that is not what it should be
 plan.py      prepare + decide_all: every job's config, hash, cost and action before any job runs
 summary.py   summarize: the table, the plots and points.csv of a finished sweep
 rows.py      SummaryRow: a job's row of the summary, typed, and the passes that compute its figures
@@ -19,6 +20,7 @@ __all__, __getattr__, __dir__ = lazy_api(
     {
         "context": ("PROGRESS_FILE", "job_context", "read_sweep_file"),
         "summary": ("OUTPUT_FILES",),
+        "folder": ("set_aside",),
         "study": ("load_study", "refresh", "run_analyses", "run_study", "run_target"),
         "callback": ("sweep_callback",),
         "launch.feed": ("SlotLauncher",),

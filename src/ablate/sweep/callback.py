@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from hydra.experimental.callback import Callback
 
-from ablate.files import write_json
+from ablate.files import WriteError, disk_errors, write_json
 from ablate.host import available_cores, process_alive
 from ablate.provenance import code_version
 from ablate.run import SweepProgress, WatchedJob
@@ -74,13 +74,14 @@ class SweepCallback(Callback):
         self._info: dict | None = None  # sweep.json's contents once the sweep is open
         self._jobs: list = []  # the planned jobs, with their compositions
         self.summary: SweepSummary | None = None  # once the sweep has ended: the command's exit status
+        self.unwritten: str | None = None  # once the sweep has ended without its summary: the one line why
 
     def __getstate__(self) -> dict:
         # Launchers pickle the callbacks into every job; the live parts belong to the launcher's process.
         return {**self.__dict__, "_progress": None, "_open_parent": None, "_pool": None, "_config": None}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update({**state, "_info": None, "_jobs": [], "summary": None})
+        self.__dict__.update({**state, "_info": None, "_jobs": [], "summary": None, "unwritten": None})
 
     def _call(self, fn, *args):
         """fn(*args) where torch and MLflow are loaded: the warm worker when there is one, else here."""
@@ -177,13 +178,20 @@ class SweepCallback(Callback):
             self._progress.stop()
         sweep_dir = Path(config.hydra.sweep.dir)
         info = read_sweep_file(sweep_dir)
-        self.summary = self._call(close_sweep, sweep_dir, info)
-        print(self.summary.table, file=sys.stderr)
-        record_launch(sweep_dir, info, self.summary)
-        print(where_to_look(sweep_dir, info, self.summary), file=sys.stderr)
-        self._open_parent = None
-        atexit.unregister(self._abandon)
-        self._close_pool()
+        try:
+            self.summary = self._call(close_sweep, sweep_dir, info)
+            print(self.summary.table, file=sys.stderr)
+            with disk_errors(sweep_dir / LAUNCHES_FILE, "hydra.sweep.dir"):
+                record_launch(sweep_dir, info, self.summary)
+        except WriteError as exc:  # a full disk: Hydra would make a warning of it, and exit 0
+            self.summary = None
+            self.unwritten = f"{exc}; once the disk has room, the same command writes it and resumes what it stopped"
+        else:
+            print(where_to_look(sweep_dir, info, self.summary), file=sys.stderr)
+        finally:
+            self._open_parent = None
+            atexit.unregister(self._abandon)
+            self._close_pool()
 
     def _start_progress(self, name: str, jobs: list, enabled: bool) -> None:
         self._progress = SweepProgress(name, _watched(jobs), enabled=enabled).start()
@@ -253,10 +261,16 @@ def open_sweep(tracking: dict | None, sweep_id: str, name: str, jobs: list | Non
 
 
 def close_sweep(sweep_dir: Path, info: dict) -> SweepSummary:
-    """The summary (table, plots, points), logged to the parent run, which is then closed."""
+    """The summary (table, plots, points), logged to the parent run, which is then closed; FAILED
+    with the one line why when the summary cannot be written (WriteError, raised)."""
     if info.get("parent_run_id"):
         close_lost_runs(info)
-    summary = summarize(sweep_dir, info)
+    try:
+        summary = summarize(sweep_dir, info)
+    except WriteError as exc:
+        if info.get("parent_run_id"):
+            close_parent_run(info, "FAILED", f"the sweep's summary was not written: {exc}")
+        raise
     if info.get("parent_run_id"):
         finish_parent_run(info, summary)
     return summary

@@ -10,12 +10,12 @@ studies and their readers see the same file.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ablate.files import read_json, read_json_object
 from ablate.model import recorded_mfu
 from ablate.run import BRANCHES_DIR
 
@@ -182,9 +182,9 @@ def from_record(record: dict[str, Any]) -> SummaryRow:
 
 def read_rows(job_dir: Path, label: str, overrides: dict[str, str]) -> list[SummaryRow]:
     """The job's row; for a trunk, then a row per branch, labelled and keyed by its own budget."""
-    try:  # the process launchers record each job's CPU time (a trunk's includes its branches')
-        cpu_s = json.loads((job_dir / "usage.json").read_text())["cpu_s"]
-    except (OSError, ValueError, KeyError):
+    # the process launchers record each job's CPU time (a trunk's includes its branches')
+    cpu_s = read_json_object(job_dir / "usage.json").get("cpu_s")
+    if not isinstance(cpu_s, (int, float)):
         cpu_s = None
     row = replace(_row(job_dir, label, overrides, job_dir.name), job_cpu_s=cpu_s)
     branches = job_dir / BRANCHES_DIR
@@ -206,9 +206,8 @@ def _budget_order(d: Path) -> float:
 
 
 def _row(job_dir: Path, label: str, overrides: dict[str, str], job: str) -> SummaryRow:
-    try:
-        result = json.loads((job_dir / "result.json").read_text())
-    except (OSError, ValueError):
+    result = read_json(job_dir / "result.json")
+    if not isinstance(result, dict):  # none, or one that is not a result (a FIFO is refused unread)
         result = {"status": "missing", "reason": "the job wrote no result.json (crashed or still running)"}
     return SummaryRow(label=label, job=job, overrides=overrides, result=result)
 

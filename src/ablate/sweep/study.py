@@ -46,7 +46,7 @@ import sys
 from pathlib import Path
 
 from ablate.config import ConfigError
-from ablate.files import within, write_text
+from ablate.files import read_regular, within, write_text
 from ablate.host import interrupting_signal
 from ablate.sweep.context import LAUNCHES_FILE, read_sweep_file
 from ablate.sweep.cost import cost_table, export_cost
@@ -138,7 +138,7 @@ def load_study(study_dir: Path) -> dict:
 def launches(sweep_dir: Path) -> list[dict]:
     """The launch log, one JSON object a line; a line torn by a crash mid-append is left out with one line."""
     try:
-        lines = (sweep_dir / LAUNCHES_FILE).read_text().splitlines()
+        lines = read_regular(sweep_dir / LAUNCHES_FILE).decode(errors="replace").splitlines()
     except OSError:
         return []
     found = []

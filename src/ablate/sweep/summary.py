@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.config import CONF_DIR
-from ablate.files import read_json, write_files
+from ablate.files import read_json, read_regular, write_files
 from ablate.sweep.plots import curves_of, plot_final_loss, plot_loss_vs_flops, plot_speed_memory
 from ablate.sweep.rows import (
     MIN_CORE_SHARE,
@@ -79,7 +79,8 @@ def summarize(sweep_dir: Path, info: dict) -> SweepSummary:
             sweep_dir / RECORD: (json.dumps(record, indent=2, default=str) + "\n").encode(),
             sweep_dir / TABLE: (table + "\n").encode(),
             sweep_dir / POINTS: points_csv(rows).encode(),
-        }
+        },
+        key="hydra.sweep.dir",
     )
     curves = curves_of(rows, uri)
     loss_vs_flops, final_loss, speed_memory = (sweep_dir / name for name in PLOTS)
@@ -101,8 +102,8 @@ def recorded_summary(sweep_dir: Path, sweep_id: str | None) -> SweepSummary | No
     if sweep_id is None or not isinstance(doc, dict) or doc.get("sweep_id") != sweep_id:
         return None
     try:
-        table = (sweep_dir / TABLE).read_text().removesuffix("\n")
-    except OSError:
+        table = read_regular(sweep_dir / TABLE).decode().removesuffix("\n")
+    except (OSError, ValueError):
         return None
     return SweepSummary(rows=[from_record(r) for r in doc.get("runs") or []], table=table)
 
@@ -115,8 +116,8 @@ def _overrides(job_dir: Path) -> list[str]:
     import yaml
 
     try:
-        return list(yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or [])
-    except OSError:
+        return list(yaml.safe_load(read_regular(job_dir / ".hydra" / "overrides.yaml")) or [])
+    except (OSError, ValueError, TypeError, yaml.YAMLError):  # none, not YAML, or not a list
         return []
 
 

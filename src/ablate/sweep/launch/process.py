@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.config import ProcessSettings
-from ablate.files import read_json, write_json
+from ablate.files import WriteError, disk_refused, read_json, write_json
 from ablate.host import available_cores
 from ablate.sweep.context import read_sweep_file
 from ablate.sweep.launch.feed import JobFeed
@@ -321,12 +321,22 @@ def _ended_early(result: Path, started: float, record: dict) -> dict:
     not closed (the sweep's end closes it KILLED, and the same command resumes and closes it)."""
     written = read_json(result, None) if result.is_file() and result.stat().st_mtime >= started else None
     if not isinstance(written, dict):
-        write_json(result, record)
+        _write_row(result, record)
         return record
     if written.get("status") == "finished":
         written = {**written, "status": "killed", "reason": f"{record['reason']}, after its result was written"}
-        write_json(result, written)
+        _write_row(result, written)
     return written
+
+
+def _write_row(result: Path, record: dict) -> None:
+    """The job's result.json as the launcher saw it end; on a disk that takes none (full, read-only)
+    the row is in this launch's returns alone, and the sweep goes on to its end."""
+    try:
+        write_json(result, record)
+    except WriteError as exc:
+        if not disk_refused(exc):
+            raise
 
 
 def stop(pool: Pool, running: dict, timeout_s: float) -> int:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import SubmititSettings
-from ablate.files import write_json
+from ablate.files import read_json_object, write_json
 from ablate.sweep.context import read_sweep_file
 from ablate.sweep.launch.feed import JobFeed
 from ablate.tracking import close_orphaned_runs
@@ -292,9 +292,8 @@ def _record(sweep_dir: Path, settings: SubmititSettings, res: Resources, submitt
     """SWEEP_DIR/jobs.json (appended to, one entry per array) and a log link in each run dir."""
 
     path = sweep_dir / JOBS_FILE
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
+    record = read_json_object(path)  # a launch has set aside one that is not this record (sweep/folder.py)
+    if not isinstance(record.get("arrays"), list):
         record = {"arrays": []}
     record["arrays"].append(
         {
