@@ -212,11 +212,17 @@ def tracking_cost(tmp: Path, steps: int, repeats: int) -> dict:
             uri = {"none": None, "fresh": d / "mlflow.db"}.get(arm, existing / "mlflow.db")
             sampled = f"tracking.system_metrics={str(arm == 'system_metrics').lower()}"
             tracking = ["tracking=none"] if uri is None else [f"tracking.uri=sqlite:///{uri}", sampled]
-            args = [*RUN, f"train.steps={steps}", f"train.seed={i}", f"state_dir={d / 'state'}", *tracking]
+            # a seed of its own: two arms into the existing store with one config would be one run,
+            # trained by the first and skipped by the second (tracking keys are not in its hash)
+            seed = i * len(order) + order.index(arm)
+            args = [*RUN, f"train.steps={steps}", f"train.seed={seed}", f"state_dir={d / 'state'}", *tracking]
             wall, used, _ = command([*args, f"hydra.run.dir={d / 'run'}"], d)
+            result = json.loads((d / "run" / "result.json").read_text())
+            if result["status"] != "finished" or result["steps"] != steps:
+                raise SystemExit(f"the {arm} arm's run {i} did not train {steps} steps: {result['status']}")
             arms[arm].append(wall)
             cpu[arm].append(used)
-            steps_s[arm].append(json.loads((d / "run" / "result.json").read_text())["train_s"])
+            steps_s[arm].append(result["train_s"])
     best = {k: min(v) for k, v in arms.items()}
     tracked = ("existing", "fresh", "system_metrics")
     # each repeat's arms ran one after another: their ratio to that repeat's untracked run is a pair

@@ -188,8 +188,8 @@ class Trainer:
 
     def _train_step(self) -> torch.Tensor:
         # profiling.phase names the parts of a step in a trace (forward, backward, ...)
-        c = self.cfg
-        with profiling.phase("data"):
+        c, traced = self.cfg, self.capture is not None
+        with profiling.phase("data", traced):
             # The step's rows, the same as one batch of batch_size x grad_accum would draw.
             x, y = get_batch(
                 self.p.data.train, c.train.sequences_per_step, c.model.block_size, c.train.seed, self.step, "train"
@@ -203,13 +203,13 @@ class Trainer:
         scaler = self.runtime.scaler
         loss = torch.zeros((), device=self.device)
         for xm, ym in zip(x.chunk(c.train.grad_accum), y.chunk(c.train.grad_accum), strict=True):
-            with profiling.phase("forward"), self.runtime.autocast():
+            with profiling.phase("forward", traced), self.runtime.autocast():
                 logits, micro = self.forward(xm, ym)
                 objective = (micro + c.train.z_loss * z_loss(logits) if c.train.z_loss else micro) / c.train.grad_accum
-            with profiling.phase("backward"):
+            with profiling.phase("backward", traced):
                 (scaler.scale(objective) if scaler is not None else objective).backward()
             loss += micro.detach() / c.train.grad_accum
-        with profiling.phase("optimizer"):
+        with profiling.phase("optimizer", traced):
             if scaler is not None:
                 scaler.unscale_(self.optimizer)
             if c.optim.grad_clip > 0:
