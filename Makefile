@@ -69,10 +69,12 @@ bench: bench-deps
 	$(PY) benchmarks/bench_fit.py
 	$(PY) benchmarks/bench_backtest.py
 	$(PY) benchmarks/bench_search.py --anchor
+	$(PY) benchmarks/bench_decode.py
 
 bench-quick: bench-deps
 	$(PY) benchmarks/bench_train.py --quick
 	$(PY) benchmarks/bench_sweep.py --quick
+	$(PY) benchmarks/bench_decode.py --quick
 
 bench-deps: $(VENV)/.bench-installed
 

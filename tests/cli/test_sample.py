@@ -42,6 +42,7 @@ def test_a_sample_is_text_of_the_requested_length_in_the_runs_alphabet(cli, run_
     assert lines == [f"the{text}" for text in doc["texts"]]
     speed = doc["speed"]
     assert speed["kv_cache"] is True and speed["device"] == "cpu" and speed["dtype"] == "fp32"
+    assert speed["threads"] == 1  # nano's 83K weights: below perf/decode.py's ONE_THREAD_BELOW
     assert 0 < speed["decode_tokens_per_s"] < speed["bound_tokens_per_s"]
     assert speed["share_of_bound"] == pytest.approx(speed["decode_tokens_per_s"] / speed["bound_tokens_per_s"])
     assert speed["wall_s"] == pytest.approx(speed["prefill_s"] + speed["decode_s"])
@@ -53,6 +54,13 @@ def test_the_default_fills_the_context_and_writes_beside_the_run(cli, run_dir):
     doc = json.loads((run_dir / "sample.json").read_text())
     assert len(doc["prompt_tokens"]) + doc["new_tokens"] - 1 == 64  # model.block_size of nano
     assert "of the bandwidth bound" in result.stderr and "with a KV cache" in result.stderr
+
+
+def test_threads_decode_the_same_text_and_are_recorded(cli, run_dir):
+    one, _ = sample(cli, run_dir, "tokens=20", "seed=3")
+    two, _ = sample(cli, run_dir, "tokens=20", "seed=3", "threads=2")
+    assert (one["speed"]["threads"], two["speed"]["threads"]) == (1, 2)
+    assert two["tokens"] == one["tokens"]
 
 
 def test_temperature_zero_and_top_k_one_pick_the_most_likely_token(cli, run_dir):
@@ -86,6 +94,8 @@ def test_a_run_of_the_architecture_arms_samples_from_its_own_config(cli, run_dir
         (["run=run", "temperature=-1"], "error: temperature=-1.0 is negative"),
         (["run=run", "top_k=0"], "error: top_k=0 must be positive"),
         (["run=run", "device=tpu"], "error: device=tpu is unknown (valid: auto, cpu, cuda)"),
+        (["run=run", "threads=0"], "error: threads=0 must be positive"),
+        (["run=run", "threads=100000"], "error: threads=100000 is too large (valid: at most 1024 threads)"),
         (["run=run", "state_dir=elsewhere"], "has no checkpoint in elsewhere/"),
         (["run=run", "tokenz=3"], "error: unknown key tokenz (valid: bandwidth_gbs,"),
     ],

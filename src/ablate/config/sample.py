@@ -17,6 +17,7 @@ MAX_SAMPLES = 1024  # sequences decoded side by side
 MIN_TEMPERATURE = 1e-6
 # GB/s: past any memory there is (an H200's HBM3e reads 4.8 TB/s).
 MAX_BANDWIDTH_GBS = 1e5
+MAX_THREADS = 1024  # torch threads on a CPU: past the cores of any one machine
 
 
 @dataclass
@@ -30,6 +31,7 @@ class SampleConfig:
     seed: int = 0
     samples: int = 1  # sequences decoded at once (one batch)
     device: str = "auto"  # auto: cuda when there is one, else cpu
+    threads: int | None = None  # torch threads on a CPU; null: one for a model under 20M weights, else torch's default
     dtype: str | None = None  # the weights' dtype; null: the run's serving dtype (bf16 under bf16 policies)
     bandwidth_gbs: float | None = None  # the device's memory bandwidth; null: the catalogue's or measured
     tokenizer: str | None = None  # a tokenizer.json instead of the run's own
@@ -63,6 +65,9 @@ class SampleConfig:
             raise ConfigError(f"device={self.device} is unknown (valid: {', '.join(SAMPLE_DEVICES)})")
         if self.dtype is not None and self.dtype not in SAMPLE_DTYPES:
             raise ConfigError(f"dtype={self.dtype} is unknown (valid: {', '.join(SAMPLE_DTYPES)}, or null)")
+        if self.threads is not None:
+            require_positive("threads", self.threads)
+            require_at_most("threads", self.threads, MAX_THREADS, "threads")
         if self.bandwidth_gbs is not None:
             require_positive("bandwidth_gbs", self.bandwidth_gbs)
             require_at_most("bandwidth_gbs", self.bandwidth_gbs, MAX_BANDWIDTH_GBS, "GB/s")

@@ -390,6 +390,18 @@ def model_dtype(model) -> str:
 
 BANDWIDTH_GIVEN = "given"  # the source of a bandwidth the user gave
 
+# Below this many weights (every CPU-trainable preset, nano to large) a CPU decode step is a chain
+# of matrix-vector products of microseconds each, and torch's threads spend more waiting on one
+# another at every op than they share: one thread decoded each of them 3.1 to 23 times faster than
+# two on 2 cores with other work on them (benchmarks/bench_decode.py, results/decode.json).
+ONE_THREAD_BELOW = 20_000_000
+
+
+def cpu_threads(cfg: ModelConfig, default: int) -> int:
+    """The torch threads for decoding `cfg` on a CPU: one for a model under ONE_THREAD_BELOW
+    weights, else `default` (torch's own, one per core)."""
+    return 1 if accounting.params(cfg) < ONE_THREAD_BELOW else default
+
 
 def device_bandwidth(device: str, given_gbs: float | None = None) -> tuple[float, str]:
     """(bytes/s, where it comes from) of the memory a decode step on `device` streams from: the

@@ -10,6 +10,7 @@ bandwidth figure): `Sample` refuses to exist with one.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ SAMPLE_FILE = "sample.json"
 class Speed:
     device: str
     dtype: str
+    threads: int | None  # torch's threads on a CPU; None on a GPU
     kv_cache: bool
     prefill_s: float
     decode_s: float
@@ -58,8 +60,11 @@ class Speed:
 
     def line(self) -> str:
         cache = "with a KV cache" if self.kv_cache else "without a KV cache (the model's attention is a user's class)"
+        where = self.device
+        if self.threads is not None:
+            where += f" ({self.threads} thread{'s' * (self.threads > 1)})"
         return (
-            f"decode {self.decode_tokens_per_s:,.0f} tokens/s {cache} on {self.device} in {self.dtype}, "
+            f"decode {self.decode_tokens_per_s:,.0f} tokens/s {cache} on {where} in {self.dtype}, "
             f"{self.share_of_bound:.1%} of the bandwidth bound {self.bound_tokens_per_s:,.0f} tokens/s "
             f"({self.bound_counts} read per step at {self.bandwidth / 1e9:.4g} GB/s, {self.bandwidth_source}); "
             f"whole generation {self.wall_s:.3g} s"
@@ -111,7 +116,10 @@ def sample(cfg: SampleConfig) -> Sample:
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
     pick = decode.NextToken(cfg.temperature, cfg.top_k, generator)
     ids = torch.tensor([prompt] * cfg.samples, dtype=torch.long, device=device)
-    run = decode.generate(model, ids, new_tokens, pick)
+    threads = None if device != "cpu" else cfg.threads or decode.cpu_threads(saved.cfg.model, torch.get_num_threads())
+    with torch_threads(threads):  # the bound too: a CPU's copy rate is measured at the threads decoding
+        run = decode.generate(model, ids, new_tokens, pick)
+        speed = measured_speed(saved, run, device, dtype, threads, cfg.bandwidth_gbs)
     new = run.tokens[:, len(prompt) :].tolist()
     return Sample(
         run=str(cfg.run),
@@ -127,8 +135,22 @@ def sample(cfg: SampleConfig) -> Sample:
         new_tokens=new_tokens,
         texts=[codec.decode(row) for row in new],
         tokens=new,
-        speed=measured_speed(saved, run, device, dtype, cfg.bandwidth_gbs),
+        speed=speed,
     )
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """torch's intra-op threads set to `n` (None: as they are) while the generation runs, and put back."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # The dtype names of SampleConfig.dtype and decode.DTYPE_BYTES, as torch names them.
@@ -161,7 +183,9 @@ def serving_dtype(saved: SavedRun) -> str:
     return "bf16" if dtype == "fp8" else dtype
 
 
-def measured_speed(saved: SavedRun, run: decode.DecodeRun, device: str, dtype: str, given_gbs: float | None) -> Speed:
+def measured_speed(
+    saved: SavedRun, run: decode.DecodeRun, device: str, dtype: str, threads: int | None, given_gbs: float | None
+) -> Speed:
     try:
         bandwidth, source = decode.device_bandwidth(device, given_gbs)
     except ValueError as exc:
@@ -172,6 +196,7 @@ def measured_speed(saved: SavedRun, run: decode.DecodeRun, device: str, dtype: s
     return Speed(
         device=device,
         dtype=dtype,
+        threads=threads,
         kv_cache=run.kv_cache,
         prefill_s=run.prefill_s,
         decode_s=run.decode_s,
