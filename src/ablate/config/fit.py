@@ -86,6 +86,8 @@ def source_name(experiment: str | None, points: str | None) -> str:
     experiments-ladder-sweep-points, ./chinchilla.csv -> chinchilla."""
     if experiment:
         return experiment
+    if points is None:  # experiment='' passes check_source (it is not None) but names nothing
+        raise ConfigError("experiment='' names no MLflow experiment (valid: experiment=NAME, or points=FILE.csv)")
     path = Path(os.path.abspath(points))  # "../x.csv" as the folder it names
     try:
         path = path.relative_to(Path.cwd())

@@ -8,10 +8,12 @@ run's training seconds (for what a further run would take on the same hardware).
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ablate.config import MAX_TARGET, PARAM_KINDS, ConfigError
 
@@ -58,35 +60,48 @@ def _line_of(i: int, first_line: int | None) -> str:
     return f"row {i}" + (f" (line {i + first_line})" if first_line is not None else "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Points:
-    """Final (or per-checkpoint) results of training runs: one row per point, arrays of shape (n,)."""
+    """Final (or per-checkpoint) results of training runs: one row per point, arrays of shape (n,).
+
+    C may be left out (None) when constructing: it is then 6ND, so that the attribute is always an array."""
 
     N: np.ndarray  # parameters (total: Chinchilla's N)
     D: np.ndarray  # training tokens
     L: np.ndarray  # loss, nats per token
-    C: np.ndarray | None = None  # training FLOPs; 6ND when not given
-    N_non_embedding: np.ndarray | None = None  # Kaplan's N, when known
-    run_ids: tuple[str, ...] | None = None
-    seconds: np.ndarray | None = None  # each run's training time, when known
-    entropy_floor: float | None = None  # the lowest loss any model can reach on these data, when known
-    seeds: tuple[str, ...] | None = None  # each run's training seed, when known: replicates are distinct seeds
+    C: np.ndarray  # training FLOPs; 6ND when not given
+    N_non_embedding: np.ndarray | None  # Kaplan's N, when known
+    run_ids: tuple[str, ...] | None
+    seconds: np.ndarray | None  # each run's training time, when known
+    entropy_floor: float | None  # the lowest loss any model can reach on these data, when known
+    seeds: tuple[str, ...] | None  # each run's training seed, when known: replicates are distinct seeds
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        N: ArrayLike,
+        D: ArrayLike,
+        L: ArrayLike,
+        C: ArrayLike | None = None,
+        N_non_embedding: ArrayLike | None = None,
+        run_ids: Sequence | None = None,
+        seconds: ArrayLike | None = None,
+        entropy_floor: float | None = None,
+        seeds: Sequence | None = None,
+    ) -> None:
         given = {
-            "params": self.N,
-            "tokens": self.D,
-            "loss": self.L,
-            "flops": self.C,
-            "params_non_embedding": self.N_non_embedding,
-            "train_s": self.seconds,
+            "params": N,
+            "tokens": D,
+            "loss": L,
+            "flops": C,
+            "params_non_embedding": N_non_embedding,
+            "train_s": seconds,
         }
         cols = {k: check_positive(k, v, "Points") for k, v in given.items() if v is not None}
         lengths = {k: len(v) for k, v in cols.items()}
         if len(set(lengths.values())) != 1:
             raise FitInputError(f"Points: columns differ in length: {lengths}")
-        if self.run_ids is not None and len(self.run_ids) != lengths["params"]:
-            raise FitInputError(f"Points: {len(self.run_ids)} run_ids for {lengths['params']} points")
+        if run_ids is not None and len(run_ids) != lengths["params"]:
+            raise FitInputError(f"Points: {len(run_ids)} run_ids for {lengths['params']} points")
         cols.setdefault("flops", FLOPS_PER_PARAM_TOKEN * cols["params"] * cols["tokens"])
         for attr, key in (
             ("N", "params"),
@@ -97,16 +112,13 @@ class Points:
             ("seconds", "train_s"),
         ):
             object.__setattr__(self, attr, cols.get(key))
-        if self.run_ids is not None:
-            object.__setattr__(self, "run_ids", tuple(str(r) for r in self.run_ids))
-        if self.seeds is not None:
-            if len(self.seeds) != lengths["params"]:
-                raise FitInputError(f"Points: {len(self.seeds)} seeds for {lengths['params']} points")
-            object.__setattr__(self, "seeds", tuple(str(r) for r in self.seeds))
-        if self.entropy_floor is not None:
-            object.__setattr__(
-                self, "entropy_floor", float(check_positive("entropy_floor", [self.entropy_floor], "Points")[0])
-            )
+        object.__setattr__(self, "run_ids", None if run_ids is None else tuple(str(r) for r in run_ids))
+        if seeds is not None and len(seeds) != lengths["params"]:
+            raise FitInputError(f"Points: {len(seeds)} seeds for {lengths['params']} points")
+        object.__setattr__(self, "seeds", None if seeds is None else tuple(str(r) for r in seeds))
+        if entropy_floor is not None:
+            entropy_floor = float(check_positive("entropy_floor", [entropy_floor], "Points")[0])
+        object.__setattr__(self, "entropy_floor", entropy_floor)
 
     def __len__(self) -> int:
         return len(self.L)

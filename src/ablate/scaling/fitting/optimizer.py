@@ -49,6 +49,7 @@ class LseHuber:
     upper: float | None = None
     tie: tuple[int, ...] | None = None
     _U: float = field(init=False, repr=False)
+    _tie: tuple[int, ...] = field(init=False, repr=False)  # tie resolved: one exponent per term by default
 
     def __post_init__(self) -> None:
         m = self.log_x.shape[0]
@@ -56,6 +57,7 @@ class LseHuber:
         if len(tie) != m or sorted(set(tie)) != list(range(max(tie) + 1)):
             raise ValueError(f"tie={tie} must map each of the {m} terms to exponents 0..g-1")
         object.__setattr__(self, "tie", tie)
+        object.__setattr__(self, "_tie", tie)
         upper = float(np.exp(self.log_loss.min())) if self.upper is None else float(self.upper)
         if not 0.0 <= self.floor < upper:
             raise ValueError(f"floor {self.floor} must be >= 0 and below the upper bound {upper} of E")
@@ -67,7 +69,7 @@ class LseHuber:
 
     @property
     def n_exponents(self) -> int:
-        return max(self.tie) + 1
+        return max(self._tie) + 1
 
     @property
     def n_params(self) -> int:
@@ -90,7 +92,7 @@ class LseHuber:
         alpha = np.exp(theta[1 + self.m :])
         return np.stack(
             [self._log_E(theta[0]) + 0 * self.log_loss]
-            + [theta[1 + j] - alpha[t] * lx for j, (t, lx) in enumerate(zip(self.tie, self.log_x, strict=True))]
+            + [theta[1 + j] - alpha[t] * lx for j, (t, lx) in enumerate(zip(self._tie, self.log_x, strict=True))]
         )
 
     def residuals(self, theta: np.ndarray) -> np.ndarray:
@@ -117,7 +119,7 @@ class LseHuber:
         grid = np.atleast_2d(np.asarray(grid, float))
         F, U = self.floor, self._U
         q = np.clip((np.exp(grid[:, 0]) - F) / (U - F), START_MARGIN, 1 - START_MARGIN)
-        first = [self.tie.index(t) for t in range(self.n_exponents)]
+        first = [self._tie.index(t) for t in range(self.n_exponents)]
         theta = np.column_stack(
             [np.log(q / (1 - q)), grid[:, 1::2]]
             + [np.log(np.maximum(grid[:, 2 + 2 * j], MIN_START_EXPONENT)) for j in first]
@@ -138,7 +140,9 @@ class LseHuber:
         with np.errstate(divide="ignore", invalid="ignore"):
             dlogE = np.where(E > 0, (self._U - self.floor) * sig * (1 - sig) / E, 1 - sig).astype(dtype)
         alpha = np.exp(th[:, 1 + m :])  # (s, g)
-        u = [th[:, 1 + j, None] - alpha[:, t, None] * lx for j, (t, lx) in enumerate(zip(self.tie, log_x, strict=True))]
+        u = [
+            th[:, 1 + j, None] - alpha[:, t, None] * lx for j, (t, lx) in enumerate(zip(self._tie, log_x, strict=True))
+        ]
         top = np.maximum(u[0], log_E)
         for uj in u[1:]:
             np.maximum(top, uj, out=top)
@@ -161,7 +165,7 @@ class LseHuber:
         psi /= total
         grad = np.zeros(theta.shape)
         grad[:, 0] = (psi * x0).sum(1) * dlogE[:, 0]
-        for j, (t, uj) in enumerate(zip(self.tie, u, strict=True)):
+        for j, (t, uj) in enumerate(zip(self._tie, u, strict=True)):
             uj *= psi  # d LSE / d a_j times psi
             grad[:, 1 + j] = uj.sum(1)
             grad[:, 1 + m + t] -= (uj @ log_x[j]) * alpha[:, t]
