@@ -221,6 +221,7 @@ BAD_INPUT = [
     ("plan", ["model=gpt_1p5b", "budget.tokens=1e11", "hardware.memory_gb=1e12"], "hardware.memory_gb=1e+12"),
     ("sample", ["run=DIR", "temperature=1e-320"], "is too small to divide fp32 logits"),
     ("sample", ["run=DIR", "bandwidth_gbs=1e9"], "bandwidth_gbs=1e+09 is too large"),
+    ("sample", ["run=DIR", "threads=100000"], "threads=100000 is too large"),
     ("jobs", ["BADJOBS"], "jobs.json is not a record of this sweep"),
     (TRAIN, ["hydra.run.dir=RESULTDIR"], "result.json is a folder where a file belongs"),
     (TRAIN, ["hydra.run.dir=LOGDIR"], "train.log is a folder where a file belongs"),
