@@ -32,11 +32,13 @@ from ablate.scaling.points import FLOPS_PER_PARAM_TOKEN, FitInputError, Points, 
 from ablate.scaling.predict import (
     TOKENS_PER_PARAM_RULE,
     FitOptions,
+    Forecast,
     Prediction,
     Predictor,
     fit_predictor,
     frontier,
     predict,
+    target_error,
 )
 from ablate.scaling.validation import FloorComparison, compare_floor
 from ablate.scaling.verdict import NOT_DETERMINED, WIDE, Reason, Verdict
@@ -122,15 +124,20 @@ def fit_all(
 
     stage(labels[0])
     noise = run_noise(points.N, points.D, points.L, opts.noise, points.seeds)
-    forecast = attempt(APPROACH3, lambda: fit_predictor(points, opts))
-    a3 = predictor = None
+    forecast: Forecast | None = attempt(APPROACH3, lambda: fit_predictor(points, opts))
+    a3: Approach3Fit | None = None
+    predictor: Predictor | None = None
+    off_law: tuple = ()
+    without: WithoutRuns | None = None
+    other: OtherForm | None = None
+    refit_boot = min(opts.n_boot, REFIT_BOOT)  # n_boot=0 asks for no bootstrap, here too
     if forecast is not None:
         a3, predictor, noise = forecast.fit, forecast.predictor, forecast.noise
         verdicts[APPROACH3] = predictor.verdict
-    off_law = named_runs(a3, predictor.verdict, noise) if a3 is not None else ()
-    refit_boot = min(opts.n_boot, REFIT_BOOT)  # n_boot=0 asks for no bootstrap, here too
-    without = refit_without(a3, off_law, opts.thresholds, opts.noise, opts.seed, refit_boot) if off_law else None
-    other = other_form(a3, predictor.verdict, noise, opts.thresholds, opts.seed, refit_boot) if a3 is not None else None
+        off_law = named_runs(a3, predictor.verdict, noise)
+        if off_law:
+            without = refit_without(a3, off_law, opts.thresholds, opts.noise, opts.seed, refit_boot)
+        other = other_form(a3, predictor.verdict, noise, opts.thresholds, opts.seed, refit_boot)
 
     singles = {}
     for v in single:
@@ -168,8 +175,7 @@ def fit_all(
         held = attempt("held_out", lambda: held_out(points, held_out_k, _with_boot(opts, boot)))
         verdicts.pop("held_out", None)
     stage("done")
-    usable = predictor is not None and a3.converged
-    if usable:
+    if predictor is not None and a3 is not None and a3.converged:  # a3 and predictor come together
         predictions = tuple(predict(predictor, **t) for t in targets)
         C_top = max([points.C.max() * 10] + [p.C for p in predictions])
         front = frontier(predictor, np.geomspace(points.C.min(), C_top, n_frontier))
@@ -217,13 +223,19 @@ def _without_law(points: Points, target: dict, why: Verdict) -> Prediction:
     """A prediction when approach 3 could not be fitted or did not converge: no number, the reasons, and
     for a budget C the allocation of the 20-tokens-per-parameter rule (Hoffmann et al. 2022) as the size."""
     N, D, C = target.get("N"), target.get("D"), target.get("C")
-    if N is None and D is None:
-        N = math.sqrt(C / (FLOPS_PER_PARAM_TOKEN * TOKENS_PER_PARAM_RULE))
-    if N is None:
-        N = C / (FLOPS_PER_PARAM_TOKEN * D)
-    if D is None:
-        D = C / (FLOPS_PER_PARAM_TOKEN * N)
-    C = C if C is not None else FLOPS_PER_PARAM_TOKEN * N * D
+    if N is None or D is None:
+        if C is None:  # N or D alone, or nothing: what predict() refuses when the law is usable
+            raise target_error(k for k, v in target.items() if v is not None)
+        if N is None:
+            N = (
+                C / (FLOPS_PER_PARAM_TOKEN * D)
+                if D is not None
+                else math.sqrt(C / (FLOPS_PER_PARAM_TOKEN * TOKENS_PER_PARAM_RULE))
+            )
+        if D is None:
+            D = C / (FLOPS_PER_PARAM_TOKEN * N)
+    elif C is None:
+        C = FLOPS_PER_PARAM_TOKEN * N * D
     reason = why.reasons[0].text if why.reasons else "approach 3 was not fitted"
     verdict = Verdict.of([Reason("law", NOT_DETERMINED, f"approach 3 is not determined: {reason}")])
     orders = {

@@ -224,11 +224,12 @@ class Backtest:
                         f"{100 * COVERAGE_TARGET:.0f}%)",
                     )
                 )
-            if b.printed >= MIN_PRINTED_RUNS and b.printed_coverage < COVERAGE_TARGET:
+            printed = b.printed_coverage  # None only when the bin printed no run
+            if b.printed >= MIN_PRINTED_RUNS and printed is not None and printed < COVERAGE_TARGET:
                 out.append(
                     Finding(
                         "under_covers",
-                        f"{span}: {100 * b.printed_coverage:.0f}% of the {b.printed} printed "
+                        f"{span}: {100 * printed:.0f}% of the {b.printed} printed "
                         f"predictions inside (under {100 * COVERAGE_TARGET:.0f}%)",
                     )
                 )
@@ -247,11 +248,12 @@ class Backtest:
 
     def decision(self) -> str:
         """One line: whether the printed intervals can be relied on, from the findings."""
-        if not self.runs:
+        coverage = self.coverage
+        if coverage is None:  # no runs
             return "Not determined: no cut left a fit that could predict the runs above it."
         codes = {f.code for f in self.findings()}
         sharp = self.sharpness()
-        judged = [b.coverage for b in self.bins() if b.n >= MIN_BIN_RUNS] or [self.coverage]
+        judged = [b.coverage for b in self.bins() if b.n >= MIN_BIN_RUNS] or [coverage]
         tail = (
             f"{100 * min(judged):.0f}% to {100 * max(judged):.0f}% of held-out runs inside by distance; within "
             f"{SHARP_WITHIN:g} decades the half-width is {'-' if sharp is None else f'{sharp:.1f}'} times the "

@@ -223,7 +223,7 @@ def compare_arms(
     ordered = {k: p.subset(kept[k]) for k, p in ordered.items()}
     keys = {k: [keys[k][i] for i in kept[k]] for k in ordered}
     if entropy_floor is None:
-        floors = {p.entropy_floor for p in ordered.values()} - {None}
+        floors = {p.entropy_floor for p in ordered.values() if p.entropy_floor is not None}
         if len(floors) > 1:
             raise FitInputError(
                 f"the arms give different entropy floors ({', '.join(f'{f:.4g}' for f in sorted(floors))}): "

@@ -209,17 +209,28 @@ def predict(pred: Predictor, *, N: float | None = None, D: float | None = None, 
     """Give (N, D), or C alone (compute-optimal allocation), or C with one of N, D (the other = C/(6x)),
     or all three (a run whose recorded FLOPs count more than 6ND, e.g. attention)."""
     given = {k for k, v in (("N", N), ("D", D), ("C", C)) if v is not None}
-    if given == {"C"}:
+    if C is not None and N is None and D is None:
         check_positive("C", [C], "predict")
         return _at_optimum(pred, float(C))
-    if len(given) < 2:
-        raise FitInputError(f"predict: give N and D, or C alone, or C with N or D; got {sorted(given) or 'nothing'}")
-    N = float(N) if N is not None else float(C) / (FLOPS_PER_PARAM_TOKEN * float(D))
-    D = float(D) if D is not None else float(C) / (FLOPS_PER_PARAM_TOKEN * N)
+    if N is not None and D is not None:
+        N, D = float(N), float(D)
+    elif N is not None and C is not None:
+        N = float(N)
+        D = float(C) / (FLOPS_PER_PARAM_TOKEN * N)
+    elif D is not None and C is not None:
+        N = float(C) / (FLOPS_PER_PARAM_TOKEN * float(D))
+        D = float(D)
+    else:
+        raise target_error(given)
     for name, v in (("N", N), ("D", D)):
         check_positive(name, [v], "predict")
     C = FLOPS_PER_PARAM_TOKEN * N * D if C is None else float(C)
     return _prediction(pred, Estimate(N), Estimate(D), C, False, Verdict.of([]))
+
+
+def target_error(given) -> FitInputError:
+    """The error for a target that is not N and D, or C alone, or C with N or D; `given` its keys."""
+    return FitInputError(f"predict: give N and D, or C alone, or C with N or D; got {sorted(given) or 'nothing'}")
 
 
 def _at_optimum(pred: Predictor, C: float) -> Prediction:

@@ -74,15 +74,14 @@ def read_experiment(uri: str, name: str) -> ExperimentRuns:
         if reason is None:
             history = _history(client, run.info.run_id)
             loss, from_last_eval = _final_loss(run, history)
-            if loss is None:
-                reason = "FINISHED runs without a final loss (final/val_loss, or val/loss at the last step)"
-        if reason:
-            skipped[reason] += 1
-            continue
-        if config:
-            seen.add(config)
-        used.append(_Used(run, loss, history))
-        recovered += from_last_eval
+            if loss is not None:
+                if config:
+                    seen.add(config)
+                used.append(_Used(run, loss, history))
+                recovered += from_last_eval
+                continue
+            reason = "FINISHED runs without a final loss (final/val_loss, or val/loss at the last step)"
+        skipped[reason] += 1
     if not used:
         raise FitInputError(
             f"experiment={name} has no FINISHED training runs to fit ({_describe(skipped) or 'it has no runs'})"
@@ -191,8 +190,9 @@ def _points(used: list[_Used]) -> Points:
     nne = [_number(r, "derived.params_non_embedding") for r in runs]
     # training seconds = tokens / final/tokens_per_s (the training throughput train.py records)
     speed = [r.data.metrics.get("final/tokens_per_s") for r in runs]
-    known = all(v is not None and _usable(v) for v in speed)
-    seeds = [r.data.params.get("train.seed") for r in runs]  # replicates are runs of distinct seeds
+    rates = [v for v in speed if v is not None and _usable(v)]
+    given = [r.data.params.get("train.seed") for r in runs]  # replicates are runs of distinct seeds
+    seeds = [s for s in given if s is not None]
     return Points(
         N=np.array([_number(r, "derived.params") for r in runs], float),
         D=np.array([r.data.metrics["tokens"] for r in runs]),
@@ -200,8 +200,12 @@ def _points(used: list[_Used]) -> Points:
         C=np.array([r.data.metrics["flops"] for r in runs]),
         N_non_embedding=None if any(v is None for v in nne) else np.array(nne),
         run_ids=tuple(r.info.run_id for r in runs),
-        seeds=None if any(s is None for s in seeds) else tuple(seeds),
-        seconds=np.array([r.data.metrics["tokens"] / v for r, v in zip(runs, speed, strict=True)]) if known else None,
+        seeds=tuple(seeds) if len(seeds) == len(given) else None,
+        seconds=(
+            np.array([r.data.metrics["tokens"] / v for r, v in zip(runs, rates, strict=True)])
+            if len(rates) == len(speed)
+            else None
+        ),
     )
 
 
@@ -216,9 +220,10 @@ def _curves(used: list[_Used]) -> tuple[tuple[RunCurve, ...], list[str]]:
         if len(steps) < 2:
             short += 1
             continue
+        N = _number(u.run, "derived.params")
         curves.append(
             RunCurve(
-                _number(u.run, "derived.params"),
+                math.nan if N is None else N,  # unparsable or not > 0: RunCurve refuses nan by name, as Points does
                 np.array([history["flops"][s] for s in steps]),
                 np.array([history["tokens"][s] for s in steps]),
                 np.array([history["val/loss"][s] for s in steps]),
@@ -232,11 +237,12 @@ def _curves(used: list[_Used]) -> tuple[tuple[RunCurve, ...], list[str]]:
 
 
 def _entropy_floor(runs: list) -> tuple[float | None, str | None]:
-    floors = {_number(r, "derived.entropy_floor") for r in runs}
-    if floors == {None}:
+    found = {_number(r, "derived.entropy_floor") for r in runs}
+    if found == {None}:
         return None, None
-    if None in floors or max(floors) - min(floors) > 1e-9 * max(floors):
-        shown = ", ".join("unknown" if f is None else f"{f:.4g}" for f in sorted(floors, key=lambda f: f or 0))
+    floors = {f for f in found if f is not None}
+    if None in found or max(floors) - min(floors) > 1e-9 * max(floors):
+        shown = ", ".join("unknown" if f is None else f"{f:.4g}" for f in sorted(found, key=lambda f: f or 0))
         return None, f"the runs' entropy floors differ ({shown}): fitted E is not compared with one"
     return floors.pop(), None
 

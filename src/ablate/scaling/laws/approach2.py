@@ -163,7 +163,8 @@ def fit_approach2(
         mask = np.isfinite(nb)
         Cb = np.broadcast_to(C, nb.shape)
         db = Cb / FLOPS_PER_PARAM_TOKEN / np.where(mask, nb, 1.0)
-        with_ci = {id(b): estimate(b.N_opt, nb[:, j]) for j, b in enumerate(usable)}
+        # every usable budget has an N_opt (IsoFlopBudget.usable); the test says so to mypy
+        with_ci = {id(b): estimate(b.N_opt, nb[:, j]) for j, b in enumerate(usable) if b.N_opt is not None}
         fitted = tuple(replace(b, N_opt_ci=with_ci[id(b)]) if id(b) in with_ci else b for b in fitted)
     notes = tuple(f"C={b.C:.3g}: {b.note}" for b in fitted if b.note)
     return FrontierFit(

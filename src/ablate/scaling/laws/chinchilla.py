@@ -161,7 +161,8 @@ class Approach3Fit:
         a = alpha_D/(alpha_N+alpha_D) and b from the same two columns (joint.py)."""
         if self.bootstrap is None:
             return {"a": Estimate(self.law.a), "b": Estimate(self.law.b)}
-        al, be = self._samples(3), self._samples(4)
+        samples = self.bootstrap.usable()
+        al, be = samples[:, 3], samples[:, 4]
         return {"a": estimate(self.law.a, be / (al + be)), "b": estimate(self.law.b, al / (al + be))}
 
 
