@@ -20,7 +20,7 @@ import numpy as np
 from ablate.files import write_files
 from ablate.scaling.analysis import APPROACH3, FitReport
 from ablate.scaling.backtest import Backtest
-from ablate.scaling.fitting.bootstrap import Estimate
+from ablate.scaling.fitting.bootstrap import Bootstrap, Estimate
 from ablate.scaling.laws.chinchilla import Approach3Fit, law_text
 from ablate.scaling.laws.frontier import Frontier, FrontierFit
 from ablate.scaling.laws.single import SingleLawFit
@@ -108,7 +108,7 @@ def _approach3_dict(result: FitReport) -> dict:
         "run_noise": result.noise.to_dict(),
         "thresholds": opts.thresholds.to_dict(),
         "diagnostics": fit.diagnostics.to_dict(),
-        "bootstrap": None if fit.bootstrap is None else _with_samples(fit),
+        "bootstrap": None if fit.bootstrap is None else _with_samples(fit, fit.bootstrap),
         # the runs the verdict names as breaking the law, and the law refitted without them (offlaw.py)
         "off_law_runs": [r.to_dict() for r in result.off_law],
         "without_outliers": None if result.without_off_law is None else result.without_off_law.to_dict(),
@@ -120,13 +120,13 @@ def _approach3_dict(result: FitReport) -> dict:
     return doc
 
 
-def _with_samples(fit: Approach3Fit) -> dict:
+def _with_samples(fit: Approach3Fit, boot: Bootstrap) -> dict:
     """The converged resamples as rows in NAMES order: the planner (fitfile.py) takes the percentiles
     of L(N, D) over them, the joint interval (A and alpha, B and beta are correlated)."""
     return {
-        **fit.bootstrap.to_dict(),
+        **boot.to_dict(),
         "sample_columns": list(fit.law.NAMES),
-        "samples": [[float(f"{v:.6g}") for v in row] for row in fit.bootstrap.usable()],
+        "samples": [[float(f"{v:.6g}") for v in row] for row in boot.usable()],
     }
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from ablate.files import figure_bytes, write_files
 from ablate.scaling.fitting.bootstrap import Estimate
 from ablate.scaling.multiplier import AtScale, Comparison, MultiplierReport
+from ablate.scaling.multiplier_paired import PairedFit
 from ablate.scaling.verdict import Verdict
 
 SCHEMA = "ablate.multiplier/2"
@@ -83,14 +84,13 @@ def _comparison(c: Comparison) -> dict:
         "headline": _at(c.headline),
         "method": c.method,
         "why_unpaired": c.why_unpaired or None,
-        "paired": None if c.paired is None else _paired(c),
+        "paired": None if c.paired is None else _paired(c.paired),
         "bootstrap_pairs": c.n_pairs,
         "line": arm_line(c),
     }
 
 
-def _paired(c: Comparison) -> dict:
-    f = c.paired
+def _paired(f: PairedFit) -> dict:
     return {
         "formula": PAIRED_FORMULA,
         "runs": len(f.runs),
@@ -324,8 +324,10 @@ def _comparison_lines(c: Comparison) -> list[str]:
     ]
     if c.paired is not None:
         f = c.paired
+        ci = f.offset.ci95  # a t interval: fit_paired needs 2+ instances, and mean_interval gives one from 2
+        interval = "" if ci is None else f" (95% {ci[0]:+.2g} to {ci[1]:+.2g})"
         lines += [
-            f"Log-loss offset {f.offset.value:+.2g} (95% {f.offset.ci95[0]:+.2g} to {f.offset.ci95[1]:+.2g}) over "
+            f"Log-loss offset {f.offset.value:+.2g}{interval} over "
             f"{f.n_units} instances; their mean log multiplier scatters by {f.scatter:.2g} about the trend, "
             f"{c.baseline}'s law adds {f.law_sd[0]:.2g} (sd of the mean log multiplier over its bootstrap).",
             "",

@@ -16,6 +16,7 @@ import numpy as np
 
 from ablate.files import figure_bytes
 from ablate.scaling.analysis import FitReport
+from ablate.scaling.laws.frontier import FrontierFit
 from ablate.scaling.reports.report import NOT_CONVERGED, g
 from ablate.scaling.verdict import NOT_DETERMINED
 
@@ -23,6 +24,7 @@ BAND_CLIP = 100.0  # a frontier band is drawn at most this factor either side of
 FLOOR_STYLE = {"color": "k", "ls": "--", "lw": 1.2}
 TARGET_STYLE = {"color": "crimson", "marker": "*", "ms": 14, "mec": "k"}
 HELD_STYLE = {"marker": "s", "s": 60, "facecolors": "none", "edgecolors": "crimson", "lw": 1.5}
+NOT_FITTED = "approach 3\nnot fitted"
 
 
 def render_plots(result: FitReport) -> dict[str, bytes]:
@@ -34,8 +36,9 @@ def render_plots(result: FitReport) -> dict[str, bytes]:
 
     rendered = {}
     plots = [("fit_curves.png", _plot_curves), ("frontier.png", _plot_frontier), ("residuals.png", _plot_residuals)]
-    if result.approach2 is not None:
-        plots.append(("isoflop.png", _plot_isoflop))
+    a2 = result.approach2
+    if a2 is not None:
+        plots.append(("isoflop.png", lambda result, plt: _plot_isoflop(result, a2, plt)))
     for name, draw in plots:
         fig = draw(result, plt)
         # Every figure is laid out by constrained layout, which keeps its texts on the canvas;
@@ -54,7 +57,7 @@ def _stamp(ax, text: str) -> None:
 def _unusable(result: FitReport) -> str | None:
     """Why approach 3 cannot be drawn, or None."""
     if result.approach3 is None:
-        return "approach 3\nnot fitted"
+        return NOT_FITTED
     if not result.approach3.converged:
         return f"approach 3\n{NOT_CONVERGED}"
     return None
@@ -116,7 +119,7 @@ def _plot_curves(result: FitReport, plt):
             ax.set_title(f"L({var})")
         _floor(ax, result)
     ax = axes[0][0]
-    ax.set_title("loss vs compute (approach 3: " + result.verdicts.get("chinchilla_approach3").level + ")")
+    ax.set_title("loss vs compute (approach 3: " + result.verdicts["chinchilla_approach3"].level + ")")
     why = _unusable(result)
     if why:
         _stamp(ax, why)
@@ -133,6 +136,7 @@ def _plot_curves(result: FitReport, plt):
 
 def _approach3_on_compute(ax, result: FitReport, cmap, norm) -> None:
     p, pred = result.points, result.predictor
+    assert pred is not None, "drawn for a converged approach 3, which fit_all gives its predictor"
     for N in np.unique(np.quantile(p.N, [0.05, 0.5, 0.98])):
         C = np.geomspace(max(p.C.min(), 6 * N * p.D.min()), min(p.C.max(), 6 * N * p.D.max()), 60)
         value, lo, hi = pred.loss_band(N, C / (6 * N), C)
@@ -158,6 +162,7 @@ def _approach3_on_compute(ax, result: FitReport, cmap, norm) -> None:
             ax.plot([r.C, r.C], [r.lo, r.hi], color="crimson", lw=1, alpha=0.7)
     for pr in result.predictions:
         if pr.loss is not None:
+            assert pr.loss.ci95 is not None, "a predicted loss has its band (predict._prediction)"
             low, high = pr.loss.ci95
             ax.errorbar(
                 [pr.C],
@@ -177,8 +182,8 @@ def _approach3_on_compute(ax, result: FitReport, cmap, norm) -> None:
 def _plot_frontier(result: FitReport, plt):
     """N_opt(C), D_opt(C) and D/N with 95% bands clipped to BAND_CLIP, beside approaches 1 and 2."""
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5), layout="constrained")
-    f, why = result.frontier, _unusable(result)
-    if why or f is None:
+    f, why, a3 = result.frontier, _unusable(result), result.approach3
+    if why or f is None or a3 is None:  # no why: approach 3 is there and converged
         _stamp(ax, why or "approach 3: no frontier")
         return fig
     clipped = 0
@@ -208,7 +213,7 @@ def _plot_frontier(result: FitReport, plt):
             a.axvspan(f.C[nd].min(), f.C[nd].max(), color="crimson", alpha=0.07, lw=0, label="not_determined")
         for pr in result.predictions:
             a.axvline(pr.C, color="crimson", ls=":", lw=1.2)
-    law = result.approach3.law
+    law = a3.law
     ax.set(xscale="log", yscale="log", xlabel="training FLOPs C", ylabel="parameters / tokens")
     ax.set_title(f"compute-optimal allocation: a={law.a:.3f}, b={law.b:.3f}")
     _grid(ax)
@@ -246,10 +251,10 @@ def _plot_residuals(result: FitReport, plt):
     """log L_hat - log L of approach 3 against C and against N."""
     p = result.points
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained")
-    why = _unusable(result)
     if result.approach3 is None:
-        _stamp(axes[0], why)
+        _stamp(axes[0], NOT_FITTED)
         return fig
+    why = _unusable(result)
     d = result.approach3.diagnostics
     norm, cmap = _size_colors(plt, p.N)
     for ax, x, label in ((axes[0], p.C, "training FLOPs C"), (axes[1], p.N, "parameters N")):
@@ -268,9 +273,9 @@ def _plot_residuals(result: FitReport, plt):
     return fig
 
 
-def _plot_isoflop(result: FitReport, plt):
-    """Approach 2: each budget's loss against N with its parabola over the runs it used, then N_opt against C."""
-    fit = result.approach2
+def _plot_isoflop(result: FitReport, fit: FrontierFit, plt):
+    """Approach 2 (`fit`): each budget's loss against N with its parabola over the runs it used, then N_opt
+    against C."""
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8), layout="constrained")
     cmap = plt.get_cmap("plasma")
     Cs = np.log10([b.C for b in fit.budgets])
@@ -280,7 +285,7 @@ def _plot_isoflop(result: FitReport, plt):
         used = b.used if b.used.size else np.zeros(len(b.N), bool)
         ax.scatter(b.N[used], b.L[used], color=color, s=18, label=f"C={b.C:.2g}")
         ax.scatter(b.N[~used], b.L[~used], facecolors="none", edgecolors=color, s=18)
-        if b.usable:
+        if b.N_opt is not None and b.coef is not None:  # usable: a budget with an N_opt has its parabola
             x = np.linspace(np.log(b.N[used]).min(), np.log(b.N[used]).max(), 100) - b.x_mid
             ax.plot(np.exp(x + b.x_mid), b.coef[0] + b.coef[1] * x + b.coef[2] * x * x, color=color, lw=1.2)
             ax.plot(b.N_opt, b.L_opt, marker="*", color=color, markeredgecolor="k", ms=12)
@@ -289,12 +294,16 @@ def _plot_isoflop(result: FitReport, plt):
     _grid(ax)
     ax.legend(fontsize=7, ncol=2)
     C = np.geomspace(fit.C.min(), fit.C.max(), 50)
-    usable = [b for b in fit.budgets if b.usable and b.N_opt_ci is not None and b.N_opt_ci.ci95 is not None]
+    usable = [
+        (b.C, b.N_opt, b.N_opt_ci.ci95)
+        for b in fit.budgets
+        if b.N_opt is not None and b.N_opt_ci is not None and b.N_opt_ci.ci95 is not None
+    ]
     if usable:
         ax2.errorbar(
-            [b.C for b in usable],
-            [b.N_opt for b in usable],
-            yerr=np.array([[b.N_opt - b.N_opt_ci.ci95[0], b.N_opt_ci.ci95[1] - b.N_opt] for b in usable]).T,
+            [C_b for C_b, _, _ in usable],
+            [n for _, n, _ in usable],
+            yerr=np.array([[n - lo, hi - n] for _, n, (lo, hi) in usable]).T,
             fmt="o",
             color="k",
             capsize=3,

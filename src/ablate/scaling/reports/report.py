@@ -450,7 +450,9 @@ def _summary_approach3(result: FitReport) -> list[str]:
         f"  RMS log residual {d.rms_residual:.3g} over {len(d.residuals)} points; "
         f"run-to-run noise {g(result.noise.sigma)} ({result.noise.source.split(' (')[0]})"
     )
-    cal = result.predictor.calibration
+    predictor = result.predictor
+    assert predictor is not None, "fit_all gives a converged approach 3 its predictor"
+    cal = predictor.calibration
     if cal.calibrated:
         lines.append(
             f"  95% intervals include the law's error: {g(cal.kappa)} per decade of compute past the data, "
