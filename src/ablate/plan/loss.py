@@ -51,7 +51,14 @@ def predict_loss(fit: FitLaw, N: float, D: float, C: float | None = None) -> Los
     p = predict.predict(fit.predictor, N=N, D=D, C=C)
     if p.loss is None:
         return LossPrediction(None, None, None, INTERVAL, p.verdict, p.runs_to_determine)
-    return LossPrediction(p.loss.value, *p.loss.ci95, INTERVAL, p.verdict)
+    return _printed(p)
+
+
+def _printed(p: predict.Prediction) -> LossPrediction:
+    """A usable prediction's loss with its interval."""
+    loss = p.loss
+    assert loss is not None and loss.ci95 is not None, "a usable prediction has its loss and band (predict.py)"
+    return LossPrediction(loss.value, *loss.ci95, INTERVAL, p.verdict)
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,7 @@ def compute_optimal(C: float, fit: FitLaw | None) -> Alternative:
     law = fit.law()
     counts = "" if fit.params == "total" else f" (N counts {fit.params.replace('_', '-')} parameters)"
     if p.verdict.usable:
-        loss = LossPrediction(p.loss.value, *p.loss.ci95, INTERVAL, p.verdict)
+        loss = _printed(p)
         method = f"approach-3 fit {fit.path}: N_opt = G (C/6)^{law.a:.3f}, G = {law.G:.4g}{counts}"
         return Alternative(C, p.N.value, p.D.value, method, loss, p.verdict, from_rule=False)
     n, d = rule_allocation(C)

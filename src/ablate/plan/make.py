@@ -117,6 +117,10 @@ def make_plan(inputs: PlanInputs, hw: PlanHardware, mfu: MfuChoice, fit: FitLaw 
     compute_budget = _compute_budget(budget, hw, gpus_used, mfu.value, recompute)
     if budget.tokens is not None:
         tokens, tokens_from = round(budget.tokens), "budget.tokens"
+    elif compute_budget is None or budget.compute_key is None:  # a config that skipped BudgetConfig.validate
+        raise ConfigError(
+            "no budget given (valid: budget.tokens=N, and/or one of budget.flops, budget.hours, budget.dollars)"
+        )
     else:
         tokens = math.floor(compute_budget / fpt)
         tokens_from = f"what budget.{budget.compute_key} buys"
@@ -207,10 +211,9 @@ def _constraints(
     b = cfg.budget
     at = mem.at_gpus
     where = f"{cfg.gpus} {hw.name}" + (" (sharded states)" if at.sharded else "")
-    if mem.gpus_needed_as_configured is not None:
-        more = f"; fits on {mem.gpus_needed} GPU(s)" + (
-            " with sharded states (FSDP/ZeRO-3)" if mem.gpus_needed > 1 else ""
-        )
+    needed = mem.gpus_needed_as_configured  # what mem.gpus_needed is when set
+    if needed is not None:
+        more = f"; fits on {needed} GPU(s)" + (" with sharded states (FSDP/ZeRO-3)" if needed > 1 else "")
     elif mem.fallback is not None:
         f = mem.fallback
         more = (

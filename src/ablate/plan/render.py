@@ -10,7 +10,7 @@ from pathlib import Path
 from ablate.config import PrecisionConfig
 from ablate.files import write_files
 from ablate.perf import decode
-from ablate.plan.loss import LossPrediction
+from ablate.plan.loss import LossPrediction, Purchase
 from ablate.plan.make import Plan, _gb
 
 SCHEMA = "ablate.plan/1"
@@ -213,7 +213,7 @@ def summary_rows(p: Plan) -> list[tuple[str, str]]:
         ),
         ("predicted loss", _loss(p.prediction, p)),
         ("compute-optimal", _alternative(p)),
-        *([("what it buys", _purchase(p))] if p.purchase is not None else []),
+        *([("what it buys", _purchase(p.purchase, p.cost))] if p.purchase is not None else []),
         ("binding", _binding(p)),
         _decode_row(p),
     ]
@@ -238,16 +238,16 @@ def _no_master(precision: PrecisionConfig) -> str:
 
 def _gpus_needed(p: Plan) -> str:
     mem = p.memory
-    n = mem.gpus_needed
-    if n is None:
+    n, needed = mem.gpus_needed, mem.needed
+    if n is None or needed is None:  # each is None exactly when the other is (plan_memory)
         return "none: activations alone exceed one GPU, even with checkpointing and one sequence per GPU"
     text = str(n)
     if n > 1:
         text += (
-            f" (states sharded FSDP/ZeRO-3 style: {_gb(mem.needed.total)} per GPU; "
+            f" (states sharded FSDP/ZeRO-3 style: {_gb(needed.total)} per GPU; "
             f"{math.ceil(n / p.hardware.gpus_per_node)} node(s) of {p.hardware.gpus_per_node})"
         )
-    if mem.gpus_needed_as_configured is None:
+    if mem.gpus_needed_as_configured is None and mem.fallback is not None:  # n is then the fallback's
         text += (
             f", with batch_size={mem.fallback.batch_size} and activation_checkpointing=true "
             "(no GPU count fits the configured settings)"
@@ -266,11 +266,10 @@ def _binding(p: Plan) -> str:
     return f"nothing binds; closest is {b.what} ({b.corner}) at {b.ratio:.0%} of its limit: {b.text}"
 
 
-def _purchase(p: Plan) -> str:
+def _purchase(b: Purchase, cost: float | None) -> str:
     """The plan's loss against the compute-optimal split's at the same compute, and what reaching the
-    plan's loss the optimal way would cost."""
-    b = p.purchase
-    if not b.decided:
+    plan's loss the optimal way would cost (`cost`: the plan's, when priced)."""
+    if b.C_same is None or b.loss is None or b.optimal_loss is None:  # decided (C_same) comes with both losses
         return f"not_determined: {b.why}"
     gap = b.loss / b.optimal_loss - 1
     text = (
@@ -280,8 +279,8 @@ def _purchase(p: Plan) -> str:
     if b.C_same >= b.C * 0.999:
         return text + f": this split is the compute-optimal one (both predictions {b.level})"
     text += f"; the compute-optimal split reaches {b.loss:.3f} with {b.C_same:.3g} FLOPs ({b.C_same / b.C:.0%} of them"
-    if p.cost is not None:
-        text += f", ${p.cost * b.C_same / b.C:,.0f} instead of ${p.cost:,.0f} at the same MFU"
+    if cost is not None:
+        text += f", ${cost * b.C_same / b.C:,.0f} instead of ${cost:,.0f} at the same MFU"
     return text + f"); both predictions {b.level}"
 
 
