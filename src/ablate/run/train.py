@@ -187,10 +187,10 @@ def _run(
         finally:
             preemption.uninstall()
     except BaseException as exc:  # whatever ended it, the MLflow run is closed with the reason
-        stopped = isinstance(exc, (KeyboardInterrupt, preemption.Requeued)) or disk_refused(exc)
-        status = "KILLED" if stopped else "FAILED"
+        full = disk_refused(exc)
+        status = "KILLED" if full or isinstance(exc, (KeyboardInterrupt, preemption.Requeued)) else "FAILED"
         reason = f"{type(exc).__name__}: {exc}"
-        if disk_refused(exc):
+        if full:
             reason += "; the same command resumes it once the disk has room"
         ended = (
             trainer.result(status.lower(), reason)
