@@ -7,22 +7,32 @@ PYTEST_ARGS ?=
 # load tests off each other); XDIST= runs the suite in one process.
 XDIST ?= -n 2 --dist loadgroup
 
-.PHONY: install corpus lint format demo test test-fast ui bench bench-quick bench-deps slurm-start slurm-stop clean
+.PHONY: install lock corpus lint format demo test test-fast ui bench bench-quick bench-deps slurm-start slurm-stop clean
 
 install: $(VENV)/.installed
 
-# torch==2.13.0 first: on these machines it is the CPU build on local disk; a bare `torch`
-# would pull a multi-GB CUDA build.
+# requirements.lock: every package at the version this project is tested with (`make lock` writes it
+# from pyproject.toml's ranges). torch==2.13.0 first: on these machines it is the CPU build on local
+# disk (the lock names it 2.13.0+cpu); a bare `torch` would pull a multi-GB CUDA build. ablate itself
+# goes in last, editable, with nothing more resolved.
 # pip's output goes to .venv/install.log (shown only if the install fails): a machine's pip
 # configuration can make it warn about every package it looks up.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements.lock
 	@echo "installing into $(VENV) (torch, MLflow, Hydra, ...; a few minutes the first time; log: $(VENV)/install.log)"
 	@python3 -m venv $(VENV)
 	@( $(PY) -m pip install -q --disable-pip-version-check --upgrade pip \
 	  && $(PY) -m pip install -q --disable-pip-version-check torch==2.13.0 \
-	  && $(PY) -m pip install -q --disable-pip-version-check -e '.[dev]' ) > $(VENV)/install.log 2>&1 \
+	  && $(PY) -m pip install -q --disable-pip-version-check -r requirements.lock \
+	  && $(PY) -m pip install -q --disable-pip-version-check --no-deps -e . ) > $(VENV)/install.log 2>&1 \
 	  || { tail -n 30 $(VENV)/install.log; echo "error: the install failed (full log: $(VENV)/install.log)"; exit 1; }
 	@touch $@
+
+# The lock from pyproject.toml's ranges and extras (dev, fp8, postgres), keeping the versions it
+# already pins where they still fit; torch held at the CPU build these machines install.
+lock: $(VENV)/.installed
+	@printf 'torch==2.13.0\n' > $(VENV)/torch-cpu.txt
+	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile -q --extra dev --extra fp8 --extra postgres \
+	  --strip-extras --no-emit-index-url --no-emit-find-links -c $(VENV)/torch-cpu.txt -o requirements.lock pyproject.toml
 
 # The real-text corpus of data=debian_docs: three Debian documentation packages (docs/data.md).
 corpus:
