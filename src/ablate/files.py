@@ -13,6 +13,7 @@ import errno
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -29,6 +30,100 @@ from ablate.faults import failpoint
 def temporary_path(path: Path) -> Path:
     """A hidden sibling of `path`, unique per process, on the same filesystem (so the rename is atomic)."""
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+# What a writer stopped midway leaves: its temporary files (temporary_path) and staging folders
+# (staged_folder), each named with the pid of the process that made it.
+LEFTOVER = re.compile(r"^\..*\.(\d+)\.tmp$")
+# Written in a folder before the first file of a set is renamed into it, removed after the last: a
+# folder that holds it holds a mix of two outputs (the writer was stopped between renames), which
+# readers refuse (check_complete) and the next writer of the folder replaces whole.
+INCOMPLETE = ".incomplete.json"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def clear_leftovers(folder: Path) -> list[Path]:
+    """Remove from `folder` the temporary files and staging folders of writers that are gone (a
+    killed prepare's `.staging.PID.tmp`, a killed fit's `.fit.json.PID.tmp`); those of a live
+    process are its own. Returns what was removed."""
+    removed = []
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = LEFTOVER.match(entry.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry)
+    return removed
+
+
+def check_complete(path: Path, key: str) -> None:
+    """ConfigError (one line naming `key`) when the folder of the output `path` (a fit.json, a
+    prepared folder) holds INCOMPLETE: a writer was stopped between renames, so its files are a mix
+    of two outputs (or another writer is renaming them now)."""
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    marker = folder / INCOMPLETE
+    if not os.path.lexists(marker):
+        return
+    doc = read_json(marker, {})
+    pid = doc.get("pid") if isinstance(doc, dict) else None
+    how = (
+        f"pid {pid} is writing it now"
+        if isinstance(pid, int) and _alive(pid)
+        else "the command that wrote it was stopped before its last file"
+    )
+    raise ConfigError(
+        f"{key}={path}: {folder} holds an incomplete output ({how}; {INCOMPLETE} is there) "
+        "(valid: run the command that writes it again, which replaces it whole)"
+    )
+
+
+def _open_new(path: Path):
+    """`path` created anew for writing, never through a link planted at its name (O_NOFOLLOW,
+    O_EXCL): whatever stood there is removed first, so a link's target is left as it was."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    return os.fdopen(fd, "wb")
+
+
+def _switch(moves: list[tuple[Path, Path]], folder: Path, last: str | None) -> None:
+    """Rename each (temporary, target) of one output into `folder`: INCOMPLETE first, the file
+    named `last` (the one readers look for: meta.json, fit.json) removed before the others are
+    renamed and renamed after them, INCOMPLETE removed at the end. A kill at any point leaves either
+    the old set whole, the new set whole, or a folder that says it is incomplete."""
+    marker = folder / INCOMPLETE
+    if len(moves) > 1:
+        with _open_new(temporary_path(marker)) as f:
+            f.write(json.dumps({"pid": os.getpid(), "files": [t.name for _, t in moves]}).encode())
+        os.replace(temporary_path(marker), marker)
+    ordered = sorted(moves, key=lambda m: m[1].name == last)
+    if last is not None and len(moves) > 1:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder / last)
+    for tmp, target in ordered:
+        failpoint("files.rename")
+        os.replace(tmp, target)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(marker)
 
 
 # What a disk says when it cannot take a file: full, over quota, read-only, past the largest file.
@@ -110,6 +205,8 @@ def replacing(path: Path, durable: bool = False, previous: Path | None = None) -
     try:
         with disk_errors(path):
             path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):  # a link planted there is removed, not followed
+                os.unlink(tmp)
             yield tmp
             _place(tmp, path, durable, previous)
     finally:
@@ -132,19 +229,21 @@ def _place(tmp: Path, path: Path, durable: bool, previous: Path | None) -> None:
 def staged_folder(folder: Path, last: str, key: str = "out") -> Iterator[Path]:
     """Files written piece by piece into `folder` as one output (token files and their meta.json):
     each is written into the yielded hidden staging folder inside it, and only once every one is
-    complete are they renamed into `folder`, `last` (the file that says the folder is finished)
-    after the others. The renames need no room; a full or read-only disk, or any error, removes the
-    staging folder and leaves `folder` as it was (WriteError, one line, for a disk)."""
+    complete are they renamed into `folder` (`_switch`: `last`, the file that says the folder is
+    finished, removed first and renamed last, INCOMPLETE there in between). What a writer killed
+    earlier left (its staging folder, a temporary file) is removed first. The renames need no room;
+    a full or read-only disk, or any error, removes the staging folder and leaves `folder` as it was
+    (WriteError, one line, for a disk)."""
     folder = Path(folder)
     made = not folder.exists()
     stage = folder / f".staging.{os.getpid()}.tmp"
     try:
         with disk_errors(folder, key):
+            clear_leftovers(folder)
             stage.mkdir(parents=True)
             yield stage
             names = sorted(p.name for p in stage.iterdir())
-            for name in sorted(names, key=lambda n: n == last):
-                os.replace(stage / name, folder / name)
+            _switch([(stage / n, folder / n) for n in names], folder, last)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         if made:
@@ -161,7 +260,7 @@ def write_bytes(
     fault: a failpoint name (faults.py) hit halfway through the write, where a kill leaves a torn
     temporary file and the old `path` intact.
     """
-    with replacing(path, durable, previous) as tmp, open(tmp, "wb") as f:
+    with replacing(path, durable, previous) as tmp, _open_new(tmp) as f:
         if fault:
             f.write(data[: len(data) // 2])
             failpoint(fault)
@@ -171,26 +270,37 @@ def write_bytes(
     return Path(path)
 
 
-def write_files(files: dict[Path, bytes], key: str = "out") -> list[Path]:
+def write_files(files: dict[Path, bytes], key: str = "out", last: str | None = None) -> list[Path]:
     """Every file of one command's output, written as a set: each to a temporary sibling first, and
     only when all of them are complete renamed into place, so a full or read-only disk leaves every
-    file as it was (none of the new ones beside old ones). The renames need no new space. WriteError
-    (one line naming `key` and the file) when any write fails."""
+    file as it was (none of the new ones beside old ones). The renames need no new space and go
+    through `_switch`, so a kill between two of them leaves a folder that says it is incomplete,
+    never a mix that looks whole. `last`: the file readers take as the output (default: the first
+    .json of the set). What killed writers left in the folders is removed first. WriteError (one
+    line naming `key` and the file) when any write fails."""
     for path in files:
         refuse_folder(path, key)
+    folders: dict[Path, list[Path]] = {}
+    for path in files:
+        folders.setdefault(Path(path).parent, []).append(Path(path))
     written: list[Path] = []
     try:
         for path, data in files.items():
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            clear_leftovers(Path(path).parent)
             tmp = temporary_path(Path(path))
             written.append(tmp)
-            tmp.write_bytes(data)
+            with _open_new(tmp) as f:
+                f.write(data)
     except OSError as exc:
         for tmp in written:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
         raise write_error(exc, path, key) from None
-    for path in files:
-        os.replace(temporary_path(Path(path)), path)
+    for folder, paths in folders.items():
+        name = last or next((p.name for p in paths if p.suffix == ".json"), None)
+        with disk_errors(folder, key):
+            _switch([(temporary_path(p), p) for p in paths], folder, name)
     return [Path(p) for p in files]
 
 
@@ -279,8 +389,11 @@ def check_file_slots(folder, names, key: str) -> None:
     ConfigError (one line) otherwise; checked before anything is created."""
     for name in names:
         path = Path(folder) / name
-        if path.exists() and not path.is_file():
-            kind = "a folder" if path.is_dir() else "not a regular file"
+        kind = not_a_file(path) or next(
+            ("a link" for p in list(path.parents)[: len(Path(name).parts) - 1] if p.is_symlink()), None
+        )
+        if kind:
+            # a link is not followed: what it points to (a file of the user's elsewhere) stays untouched
             raise ConfigError(f"{key}: {path} is {kind} where a file belongs (valid: remove it, or another {key})")
 
 

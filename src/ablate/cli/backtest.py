@@ -20,10 +20,10 @@ import json
 import sys
 import time
 
-from ablate.cli.common import fail, hydra_main
+from ablate.cli.common import claim_output, fail, hydra_main
 from ablate.cli.fit import fit_options, load_inputs
 from ablate.config import ConfigError, parse_backtest
-from ablate.files import check_writable_dir, write_files
+from ablate.files import write_files
 
 SUMMARY = "How often a fit's printed 95% interval holds runs past the data it saw: fit below a cut, predict above."
 EXAMPLE = "ablate backtest points=tests/fixtures/chinchilla.csv"
@@ -36,7 +36,7 @@ def task(cfg) -> dict:
 
     try:
         bc = parse_backtest(OmegaConf.to_container(cfg, resolve=True))
-        check_writable_dir(bc.out_dir, "out")  # before minutes of fitting, not after
+        claim_output(bc.out_dir, "out")  # before minutes of fitting, not after
         inputs = load_inputs(bc)
         started = time.perf_counter()
         result = backtest.backtest(inputs.points, fit_options(bc), tuple(float(c) for c in bc.cuts))

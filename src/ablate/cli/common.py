@@ -9,15 +9,37 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from contextvars import ContextVar
 from functools import partial
 from pathlib import Path
 from typing import NoReturn
 
 from ablate.config import BUDGET_KEYS, CONF_DIR, CONF_MODULE, CONF_PATH, ConfigError, group_options, parse_run
-from ablate.files import check_file_slots, check_writable_dir, disk_errors
+from ablate.files import check_file_slots, check_writable_dir, clear_leftovers, disk_errors
 from ablate.host import interrupting_signal
-from ablate.run import EXIT_BUSY, Busy, sweep_lock
+from ablate.run import EXIT_BUSY, Busy, output_lock, sweep_lock
 from ablate.sweep import OUTPUT_FILES, set_aside
+
+# The output folders the running command has claimed (claim_output), released when it ends.
+_CLAIMS: ContextVar[contextlib.ExitStack | None] = ContextVar("ablate_output_claims", default=None)
+
+
+def claim_output(folder, key: str = "out") -> Path:
+    """A command's output folder, checked (check_writable_dir) and claimed for this command until it
+    ends, as a sweep claims its folder (run/lock.py, OutputLock): a second command writing into it
+    is busy, one line and exit 75, before it does any work or writes anything. What writers killed
+    earlier left there (temporary files, staging folders) is removed once the claim is held."""
+    path = check_writable_dir(folder, key)
+    try:
+        lock = output_lock(path).acquire()
+    except Busy as exc:
+        print(f"busy: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_BUSY) from None
+    claims = _CLAIMS.get()
+    if claims is not None:
+        claims.callback(lock.release)  # else held until this process ends, when the kernel drops it
+    clear_leftovers(path)
+    return path
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -184,7 +206,12 @@ def _run(hydra, cfg, config_name: str, task: Callable, setup: Callable | None) -
                     sys.stderr.write(said.getvalue())
                     raise
 
-            run_and_report(run)
+            with contextlib.ExitStack() as claims:
+                token = _CLAIMS.set(claims)
+                try:
+                    run_and_report(run)
+                finally:
+                    _CLAIMS.reset(token)
     except ConfigError as exc:
         fail(str(exc))
 

@@ -25,9 +25,8 @@ from __future__ import annotations
 import csv
 import sys
 
-from ablate.cli.common import fail, hydra_main
+from ablate.cli.common import claim_output, fail, hydra_main
 from ablate.config import CompareConfig, ConfigError, ModelConfig, parse_compare, real_name
-from ablate.files import check_writable_dir
 from ablate.provenance import hashed
 
 
@@ -168,7 +167,7 @@ def task(cfg) -> dict:
 
     try:
         cc = parse_compare(OmegaConf.to_container(cfg, resolve=True))
-        check_writable_dir(cc.out_dir, "out")
+        claim_output(cc.out_dir, "out")
         read = arms_from_experiment if cc.experiment else arms_from_csv
         (groups, keys), key, floor, experiment_id, source = read(cc)
         report = compare_arms(

@@ -21,9 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ablate.cli.common import fail, hydra_main
+from ablate.cli.common import claim_output, fail, hydra_main
 from ablate.config import ConfigError, FitConfig, FitSourceConfig, parse_fit
-from ablate.files import check_writable_dir
 
 if TYPE_CHECKING:
     from ablate.scaling import FitOptions, Points, RunCurve
@@ -121,7 +120,7 @@ def task(cfg) -> dict:
 
     try:
         fc = parse_fit(OmegaConf.to_container(cfg, resolve=True))
-        check_writable_dir(fc.out_dir, "out")  # before minutes of fitting, not after
+        claim_output(fc.out_dir, "out")  # before minutes of fitting, not after
         inputs = load_inputs(fc)
         check_held_out(fc.held_out, len(inputs.points))
         started = time.perf_counter()

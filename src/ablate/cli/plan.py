@@ -10,9 +10,8 @@ plans/<model>-<hardware>/). The work is in plan/.
 
 from __future__ import annotations
 
-from ablate.cli.common import fail, hydra_main
+from ablate.cli.common import claim_output, fail, hydra_main
 from ablate.config import ConfigError, parse_plan
-from ablate.files import check_writable_dir
 from ablate.plan import choose_mfu, make_plan, planning_hardware, render
 from ablate.scaling import load_fit
 
@@ -25,7 +24,7 @@ def task(cfg) -> dict:
 
     try:
         inputs = parse_plan(OmegaConf.to_container(cfg, resolve=True))
-        check_writable_dir(inputs.plan.out, "out")
+        claim_output(inputs.plan.out, "out")
         hw = planning_hardware(inputs.hardware, inputs.precision)
         fit = load_fit(inputs.plan.fit) if inputs.plan.fit else None
         mfu = choose_mfu(inputs.plan, hw.name, hw.device, inputs.precision.name)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ablate.cli.common import fail, hydra_main
+from ablate.cli.common import claim_output, fail, hydra_main
 from ablate.config import ConfigError, parse_prepare
 from ablate.data import read_corpus
-from ablate.files import check_writable_dir
 
 SUMMARY = "Tokenize your text: train a byte-level BPE tokenizer (or bring one) and write token files."
 EXAMPLE = (
@@ -48,7 +47,7 @@ def task(cfg) -> None:
 
     try:
         pc = parse_prepare(OmegaConf.to_container(cfg, resolve=True))
-        check_writable_dir(pc.out, "out")  # a full or read-only disk refused before the corpus is read
+        claim_output(pc.out, "out")  # a full or read-only disk refused before the corpus is read
         corpus = read_corpus(pc.paths, pc.glob, pc.max_bytes)
         what = f"tokenizer {pc.tokenizer}" if pc.tokenizer else f"a {pc.vocab_size}-token byte-level BPE"
         print(f"prepare: {corpus.size:,} bytes from {len(corpus.files)} files, {what}", file=sys.stderr)

@@ -18,7 +18,7 @@ import torch
 
 from ablate.config import ConfigError, DataConfig, SyntheticDataConfig, TextDataConfig, TokenDataConfig, as_dict
 from ablate.data.corpus import read_corpus
-from ablate.files import check_writable_dir, disk_errors
+from ablate.files import check_complete, check_writable_dir, disk_errors
 
 
 @dataclass
@@ -250,6 +250,7 @@ def _tokens(cfg: TokenDataConfig) -> TokenData:
         from ablate.data import tokenizer
 
         folder = Path(cfg.dir).expanduser()
+        check_complete(folder, "data.dir")  # a prepare stopped between its renames: a mix of two outputs
         meta = tokenizer.read_meta(folder)
         if meta is None:
             raise ConfigError(

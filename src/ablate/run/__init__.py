@@ -24,7 +24,7 @@ __all__, __getattr__, __dir__ = lazy_api(
     {
         "prepare": ("Prepared",),
         "decision": ("decide",),
-        "lock": ("Busy", "EXIT_BUSY", "busy_with", "sweep_lock"),
+        "lock": ("Busy", "EXIT_BUSY", "busy_with", "output_lock", "sweep_lock"),
         "trainer": ("StopRun",),
         "branches": ("is_family", "with_budget"),
         "progress": ("SweepProgress", "WatchedJob"),

@@ -96,7 +96,12 @@ class Busy(Exception):
     def __init__(self, directory: Path, owner: Owner | None, what: str = "run"):
         self.directory, self.owner = directory, owner
         who = owner.describe() if owner else "another process (its owner file is unreadable)"
-        if what == "sweep":
+        if what == "output":
+            message = (
+                f"{directory} is being written by {who}; this command leaves it alone "
+                "(wait for it to end, or write into another out=)"
+            )
+        elif what == "sweep":
             message = (
                 f"sweep {directory} is already being run by {who}; this launch leaves it alone "
                 "(wait for it to end, or launch into another hydra.sweep.dir)"
@@ -318,6 +323,29 @@ class SweepLock(RunLock):
                 folder.rmdir()
             except OSError:  # another launch's folder by now, or not empty
                 return
+
+
+class OutputLock(SweepLock):
+    """The claim on a command's output folder (out= of fit, backtest, compare, plan, prepare), held
+    from before its work until its files are written: two commands writing one folder would leave
+    one's fit.json beside the other's plots. Hidden, so that the folder lists only the output."""
+
+    def __init__(self, folder: Path | str, mode: str | None = None):
+        RunLock.__init__(self, folder, mode, what="output")
+        self.created = []
+
+    @property
+    def _lock_file(self) -> str:
+        return ".output.lock"
+
+    @property
+    def _lease_file(self) -> str:
+        return ".output.lease"
+
+
+def output_lock(folder: Path | str) -> OutputLock:
+    """The claim on a command's output folder (OutputLock)."""
+    return OutputLock(folder)
 
 
 def sweep_lock(sweep_dir: Path | str) -> SweepLock:

@@ -23,6 +23,7 @@ launchers it runs here.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from hydra.experimental.callback import Callback
 
+from ablate.faults import failpoint
 from ablate.files import WriteError, disk_errors, write_json
 from ablate.host import available_cores, process_alive
 from ablate.provenance import code_version
@@ -186,6 +188,16 @@ class SweepCallback(Callback):
         except WriteError as exc:  # a full disk: Hydra would make a warning of it, and exit 0
             self.summary = None
             self.unwritten = f"{exc}; once the disk has room, the same command writes it and resumes what it stopped"
+        except Exception as exc:  # the summary's process died or its code failed: never a success
+            self.summary = None
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            self.unwritten = (
+                f"hydra.sweep.dir: the sweep's summary in {sweep_dir} was not written ({why}); "
+                "its parent run is FAILED (valid: the same command again writes it)"
+            )
+            if info.get("parent_run_id"):
+                with contextlib.suppress(Exception):  # Hydra would turn any error here into a warning
+                    close_parent_run(info, "FAILED", f"the sweep's summary was not written: {why}")
         else:
             print(where_to_look(sweep_dir, info, self.summary), file=sys.stderr)
         finally:
@@ -266,6 +278,7 @@ def close_sweep(sweep_dir: Path, info: dict) -> SweepSummary:
     if info.get("parent_run_id"):
         close_lost_runs(info)
     try:
+        failpoint("sweep.summary")  # a kill here: the summary's writer gone, its parent still open
         summary = summarize(sweep_dir, info)
     except WriteError as exc:
         if info.get("parent_run_id"):

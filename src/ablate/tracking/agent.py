@@ -26,6 +26,7 @@ Started through ablate/child.py (target `serve`); then JSON lines, requests on s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -206,7 +207,10 @@ def serve() -> None:
     uri: str | None = None
     store: RunStore | None = None
     for line in sys.stdin.buffer:
-        request = json.loads(line)
+        try:
+            request = json.loads(line)
+        except ValueError:  # the run died halfway through writing its request: nothing more comes
+            break
         name, args = request["call"], request.get("args", [])
         try:
             if name == "use":
@@ -222,8 +226,12 @@ def serve() -> None:
             reply = {"ok": result}
         except Exception as exc:  # the run decides what a failure means (an outage: buffer, retry)
             reply = {"error": f"{type(exc).__name__}: {exc}"}
-        replies.write(json.dumps(reply) + "\n")
+        try:
+            replies.write(json.dumps(reply) + "\n")
+        except (BrokenPipeError, OSError):  # the run is gone (kill -9): nobody reads the reply
+            os._exit(0)
     # Every call has been answered, so everything the run sent is in the store: exit now, without
     # the interpreter's clean-up of MLflow's modules (about 0.5 s the run would wait for).
-    replies.close()
+    with contextlib.suppress(OSError):  # a reader that went away while the last reply was buffered
+        replies.close()
     os._exit(0)

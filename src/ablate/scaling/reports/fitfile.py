@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ablate.config import ConfigError
-from ablate.files import read_regular
+from ablate.files import check_complete, read_regular
 from ablate.scaling.calibration import Calibration
 from ablate.scaling.checks import Thresholds
 from ablate.scaling.laws.chinchilla import FORMS, Law
@@ -62,6 +62,7 @@ def load_fit(path: str) -> FitLaw:
 
 
 def _load_fit(path: str, where: str) -> FitLaw:
+    check_complete(path, "fit")  # an export stopped between its renames: its files are a mix of two fits
     try:
         doc = json.loads(read_regular(path))
     except OSError as exc:
