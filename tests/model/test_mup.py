@@ -130,12 +130,12 @@ def test_a_mup_run_trains_through_the_trainer(run_config, tmp_path):
     assert result.status == "finished" and result.final_val_loss < math.log(27)
 
 
-def test_hidden_matrices_keep_their_mup_learning_rate_under_fp8_emulation(run_config, tmp_path):
+def test_hidden_matrices_keep_their_mup_learning_rate_under_emulated_fp8(run_config, tmp_path):
     from ablate.model.precision import apply_precision
 
     torch.manual_seed(0)
     model = GPT(model_cfg(128, True, base=32))
-    apply_precision(model, run_config(tmp_path, precision="fp8_emulated").precision, "cpu")  # swaps the Linears
+    apply_precision(model, run_config(tmp_path, precision="fp8_tensorwise_emulated").precision, "cpu")  # swaps the Linears
     opt = build_optimizer(model, OptimConfig())
     scaled = [g for g in opt.param_groups if g.get("lr_scale") == 0.25]
     assert len(scaled) == 1 and len(scaled[0]["params"]) == 2 * 4

@@ -7,10 +7,10 @@ import torch
 from ablate.config import UnsupportedError
 from ablate.model.gpt import GPT
 from ablate.model.optim import Fp32StateAdamW, build_optimizer, stochastic_round
-from ablate.model.precision import E4M3, E5M2, Fp8Linear, apply_precision, quantize_dequantize
+from ablate.model.precision import apply_precision, import_torchao_float8
 from ablate.run import train
 
-CPU_PRECISIONS = ["fp32", "bf16", "bf16_pure", "fp16", "fp8_emulated"]
+CPU_PRECISIONS = ["fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise_emulated", "fp8_rowwise_emulated"]
 
 
 @pytest.mark.parametrize("precision", CPU_PRECISIONS)
@@ -85,38 +85,81 @@ def test_bf16_pure_resumes_from_a_saved_optimizer_state_with_fp32_moments(run_co
         assert a.dtype == torch.bfloat16 and torch.equal(a, b), name
 
 
-def test_fp8_emulated_swaps_every_block_linear_but_the_head(run_config, tmp_path):
-    cfg = run_config(tmp_path, precision="fp8_emulated")
+@pytest.mark.parametrize(
+    ("precision", "granularity", "power_of_2"),
+    [("fp8_tensorwise_emulated", "TENSORWISE", False), ("fp8_rowwise_emulated", "AXISWISE", True)],
+)
+def test_emulated_fp8_is_torchaos_recipe_with_emulated_matmuls(
+    run_config, tmp_path, precision, granularity, power_of_2
+):
+    """The emulated arm is the GPU's recipe (torchao's Float8Linear, its casts and scales as
+    from_recipe_name gives them) with emulate=True; every block linear is converted, never the head,
+    and the state dict keeps its names, so checkpoints move between the arm and its GPU recipe."""
+    from torchao.float8.float8_linear import Float8Linear
+
+    cfg = run_config(tmp_path, precision=precision)
     model = GPT(train.prepare(cfg).cfg.model)
     names_before = set(model.state_dict())
     apply_precision(model, cfg.precision, "cpu")
-    swapped = [m for m in model.modules() if isinstance(m, Fp8Linear)]
-    assert len(swapped) == 4 * cfg.model.n_layer
+    converted = [m for m in model.modules() if isinstance(m, Float8Linear)]
+    assert len(converted) == 4 * cfg.model.n_layer
+    assert not isinstance(model.lm_head, Float8Linear)
     assert set(model.state_dict()) == names_before
-    assert not isinstance(model.lm_head, Fp8Linear)
+    config = converted[0].config
+    assert config.emulate is True
+    assert config.cast_config_input.scaling_granularity.name == granularity
+    assert config.round_scales_to_power_of_2 is power_of_2
 
 
-def test_quantize_dequantize_error_is_within_fp8_resolution():
-    x = torch.randn(4096)
-    for dtype, mantissa_bits in ((E4M3, 3), (E5M2, 2)):
-        y = quantize_dequantize(x, dtype)
-        rel = ((y - x).abs() / x.abs().clamp(min=1e-3)).median()
-        assert 0 < rel <= 2.0 ** -(mantissa_bits + 1)
-        assert y.abs().max() == pytest.approx(x.abs().max(), rel=2.0 ** -(mantissa_bits + 1))
+def e4m3_tensorwise(t: torch.Tensor) -> torch.Tensor:
+    """t rounded as tensorwise float8 training rounds it: scaled so its largest magnitude is e4m3's
+    largest (448), cast to e4m3, scaled back (Micikevicius et al. 2022, FP8 Formats for Deep Learning)."""
+    scale = torch.finfo(torch.float8_e4m3fn).max / t.abs().amax()
+    return (t * scale).to(torch.float8_e4m3fn).float() / scale
 
 
-def test_fp8_emulated_gradients_are_close_to_fp32():
+def test_emulated_tensorwise_forward_is_an_fp32_matmul_of_e4m3_rounded_operands():
+    """The numbers the emulated arm trains on: y = round(x) round(W)^T in fp32, with both operands
+    rounded to e4m3 with one scale each, computed here without torchao."""
+    float8_config, convert = import_torchao_float8()
     torch.manual_seed(0)
-    lin = torch.nn.Linear(64, 32, bias=False)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32, bias=False))
+    x = torch.randn(8, 64)
+    exact = model(x)
+    config = dataclasses.replace(float8_config.from_recipe_name("tensorwise"), emulate=True)
+    convert(model, config=config)
+    got = model(x)
+    expected = e4m3_tensorwise(x) @ e4m3_tensorwise(model[0].weight.detach()).t()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    # e4m3 keeps 3 mantissa bits: a few percent of error against the exact product, not more
+    assert 0 < ((got - exact).norm() / exact.norm()).item() < 0.1
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_emulated_fp8_gradients_are_close_to_fp32(recipe):
+    float8_config, convert = import_torchao_float8()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32, bias=False))
     x = torch.randn(8, 64, requires_grad=True)
-    lin(x).sum().backward()
-    ref_w, ref_x = lin.weight.grad.clone(), x.grad.clone()
-    lin.weight.grad, x.grad = None, None
-    Fp8Linear(lin)(x).sum().backward()
-    # e4m3/e5m2 keep 3/2 mantissa bits: a few percent of relative error, not more.
-    for got, ref in ((lin.weight.grad, ref_w), (x.grad, ref_x)):
-        assert ((got - ref).norm() / ref.norm()).item() < 0.1
-    assert not torch.equal(lin.weight.grad, ref_w)  # quantization did happen
+    model(x).square().sum().backward()
+    ref_w, ref_x = model[0].weight.grad.clone(), x.grad.clone()
+    model[0].weight.grad, x.grad = None, None
+    convert(model, config=dataclasses.replace(float8_config.from_recipe_name(recipe), emulate=True))
+    model(x).square().sum().backward()
+    # e4m3/e5m2 keep 3/2 mantissa bits: a few percent of relative error, not more
+    for got, ref in ((model[0].weight.grad, ref_w), (x.grad, ref_x)):
+        assert 0 < ((got - ref).norm() / ref.norm()).item() < 0.1
+
+
+def test_emulate_names_its_own_policy(run_config, tmp_path):
+    """fp8_tensorwise with emulate=true is not fp8_tensorwise: its numbers are recorded under the
+    emulated arm's name, and emulate without a recipe is refused."""
+    from ablate.config import ConfigError
+
+    with pytest.raises(ConfigError, match="valid: precision=fp8_tensorwise_emulated"):
+        run_config(tmp_path, **{"precision": "fp8_tensorwise", "precision.emulate": True})
+    with pytest.raises(ConfigError, match="precision.emulate=true needs an fp8 recipe"):
+        run_config(tmp_path, **{"precision.emulate": True})
 
 
 def test_stochastic_rounding_is_unbiased():

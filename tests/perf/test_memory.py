@@ -109,9 +109,9 @@ def state_bytes_after_one_step(model: nn.Module, runtime, x, y) -> dict[str, int
 
 
 # fp32 weights with torch's AdamW, the same under autocast, bf16 weights with Fp32StateAdamW on every
-# preset; fp16 and fp8-emulated store like fp32, checked on the small ones.
+# preset; fp16 and the emulated fp8 arms store like fp32, checked on the small ones.
 STATE_CASES = [(n, p) for n in CPU_PRESETS for p in ("fp32", "bf16", "bf16_pure")] + [
-    (n, p) for n in sorted(FAST) for p in ("fp16", "fp8_emulated", "fp8_tensorwise", "fp8_rowwise")
+    (n, p) for n in sorted(FAST) for p in ("fp16", "fp8_tensorwise_emulated", "fp8_tensorwise", "fp8_rowwise")
 ]
 
 
@@ -185,7 +185,7 @@ def test_activation_bytes_with_checkpointing_match_saved_tensor_hooks(name, atte
 
 
 # torchao's float8 recipes run on the CPU too (torch._scaled_mm's CPU kernel): what they save is measured here.
-@pytest.mark.parametrize("precision", ["bf16_pure", "fp16", "fp8_emulated", "fp8_tensorwise", "fp8_rowwise"])
+@pytest.mark.parametrize("precision", ["bf16_pure", "fp16", "fp8_tensorwise_emulated", "fp8_rowwise_emulated", "fp8_tensorwise", "fp8_rowwise"])
 @pytest.mark.parametrize("attention", ["manual", "sdpa"])
 def test_activation_bytes_other_policies(precision, attention):
     cfg, prec = model_config("micro", attention), policy(precision)

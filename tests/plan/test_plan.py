@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from ablate.config import ConfigError, PrecisionConfig, build, parse_plan
+from ablate.config import PRECISION_NAMES, ConfigError, PrecisionConfig, build, parse_plan
 from ablate.model import accounting
 from ablate.plan import hardware as plan_hardware
 from ablate.plan import loss
@@ -117,7 +117,7 @@ def test_peak_key_agrees_with_hardware_peak_for():
 
     peaks = inputs(hardware="h100").hardware.peak_flops
     hw = Hardware(name="h100", device="cuda", peak_flops=peaks)
-    for name in ("fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise", "fp8_rowwise", "fp8_emulated"):
+    for name in PRECISION_NAMES:
         prec = build(PrecisionConfig, preset("precision", name), "precision")
         assert peaks[prec.matmul_dtype] == hw.peak_for(prec)
 

@@ -253,7 +253,8 @@ def test_the_precision_sweep_on_slurm_finishes_every_run(cli, workdir):
         "bf16_pure",
         "fp16",
         "fp32",
-        "fp8_emulated",
+        "fp8_rowwise_emulated",
+        "fp8_tensorwise_emulated",
     ]
     assert {r.info.status for r in runs} == {"FINISHED"}
     parent = parent_run(workdir)

@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from mlflow.tracking import MlflowClient
 
-from ablate.config import CONF_DIR, ConfigError, ProcessSettings, parse_process_settings
+from ablate.config import CONF_DIR, PRECISION_NAMES, ConfigError, ProcessSettings, parse_process_settings
 from ablate.run import progress
 from ablate.sweep import plan as sweep_plan
 from ablate.sweep.launch.process import resources
@@ -70,7 +70,7 @@ GRIDS = {
     "data_size": {"data.train_tokens": {"16384", "65536", "262144", "1048576", "4194304"}},
     "attention": {"model": {"tiny", "small"}, "model.attention": {"manual", "sdpa"}},
     "precision": {
-        "precision": {"fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise", "fp8_rowwise", "fp8_emulated"},
+        "precision": set(PRECISION_NAMES),
         "train.seed": {"0", "1", "2"},  # paired seeds: each arm's difference gets its 95% interval
     },
 }

@@ -39,9 +39,18 @@ MAX_PEAK_FLOPS = 1e18
 # timed wait accepts).
 MAX_FLUSH_INTERVAL_S = 3600.0
 BUDGET_KEYS = ("steps", "tokens", "flops", "tokens_per_param")
-REAL_FP8 = ("tensorwise", "rowwise")  # precision.fp8 values that run float8 kernels (torchao)
+REAL_FP8 = ("tensorwise", "rowwise")  # precision.fp8 values: torchao's float8 training recipes
 
-PRECISION_NAMES = ("fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise", "fp8_rowwise", "fp8_emulated")
+PRECISION_NAMES = (
+    "fp32",
+    "bf16",
+    "bf16_pure",
+    "fp16",
+    "fp8_tensorwise",
+    "fp8_rowwise",
+    "fp8_tensorwise_emulated",
+    "fp8_rowwise_emulated",
+)
 DEVICE_KINDS = ("cpu", "cuda", "mps")
 # The built-in arms of each swappable part of a block; each part also takes PACKAGE.MODULE:CLASS, a
 # class of the user's own built as CLASS(model_cfg) that maps (B, T, C) to (B, T, C) (model/parts.py).
@@ -201,14 +210,26 @@ def check_part(key: str, spec: str, builtin: tuple[str, ...]) -> None:
 
 @dataclass
 class PrecisionConfig:
-    name: Literal["fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise", "fp8_rowwise", "fp8_emulated"] = "fp32"
+    name: Literal[
+        "fp32",
+        "bf16",
+        "bf16_pure",
+        "fp16",
+        "fp8_tensorwise",
+        "fp8_rowwise",
+        "fp8_tensorwise_emulated",
+        "fp8_rowwise_emulated",
+    ] = "fp32"
     # Storage dtype of weights and gradients; optimizer moments stay fp32 in every policy.
     param_dtype: Literal["fp32", "bf16"] = "fp32"
     autocast: Literal["bf16", "fp16"] | None = None
     loss_scaling: bool = False
-    # Float8 matmuls: torchao's training recipes on CUDA (tensorwise: one scale per tensor, cuBLAS,
-    # capability 8.9; rowwise: one per row, CUTLASS, 9.0), or fp8's rounding emulated on any device.
-    fp8: Literal["tensorwise", "rowwise", "emulated"] | None = None
+    # Float8 matmuls: torchao's training recipes (tensorwise: one scale per tensor, cuBLAS, CUDA
+    # capability 8.9; rowwise: one per row, CUTLASS, 9.0).
+    fp8: Literal["tensorwise", "rowwise"] | None = None
+    # The recipe's float8 matmuls computed in fp32 from the same float8-cast operands and scales
+    # (torchao's Float8LinearConfig(emulate=True)): the recipe's numerics on any device, none of its speed.
+    emulate: bool = False
     # Which devices can run this policy, and the CUDA compute capability it needs there.
     devices: list = field(default_factory=lambda: list(DEVICE_KINDS))
     min_cuda_capability: float | None = None
@@ -218,11 +239,18 @@ class PrecisionConfig:
         """The dtype this policy's matmuls run in, the key of hardware.peak_flops that MFU and time are
         measured against: fp8 with real fp8 kernels, else the autocast dtype, else the weights' dtype.
         (perf/roofline.py refines fp32 to tf32 where CUDA's TF32 tensor cores are on.)"""
-        if self.fp8 in REAL_FP8:
+        if self.fp8_kernels:
             return "fp8"
+        if self.fp8:  # emulated: torch.mm in fp32 on the dequantized operands
+            return "fp32"
         if self.autocast:
             return self.autocast
         return "bf16" if self.param_dtype == "bf16" else "fp32"
+
+    @property
+    def fp8_kernels(self) -> bool:
+        """Whether the matmuls run on float8 kernels (fp8 tensor cores), not emulated."""
+        return self.fp8 in REAL_FP8 and not self.emulate
 
     @property
     def uses_bf16(self) -> bool:
@@ -236,10 +264,14 @@ class PrecisionConfig:
             require_positive("precision.min_cuda_capability", self.min_cuda_capability)
         if self.loss_scaling and self.autocast != "fp16":
             raise ConfigError("precision.loss_scaling=true needs precision.autocast=fp16 (valid: fp16 autocast)")
+        if self.emulate and not self.fp8:
+            raise ConfigError(
+                "precision.emulate=true needs an fp8 recipe (valid: precision.fp8=tensorwise or rowwise)"
+            )
         self._check_name()
 
     # What a precision's name says about its numbers: runs are recorded, compared and priced by name.
-    NAMED_BY = ("param_dtype", "autocast", "fp8")
+    NAMED_BY = ("param_dtype", "autocast", "fp8", "emulate")
 
     def _check_name(self) -> None:
         """A policy named fp32 that computes in bf16 would be recorded, compared and priced as fp32:
@@ -559,7 +591,7 @@ def check_optimizer_fits(run: RunConfig) -> None:
         raise ConfigError(
             f"optim=muon with precision={run.precision.name}: Muon would keep bf16 momentum and round its "
             "update to bf16 (valid: a policy with fp32 weights: fp32, bf16, fp16, fp8_tensorwise, fp8_rowwise, "
-            "fp8_emulated)"
+            "fp8_tensorwise_emulated, fp8_rowwise_emulated)"
         )
 
 

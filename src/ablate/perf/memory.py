@@ -97,23 +97,9 @@ def saved_dtypes(precision: PrecisionConfig, device: str) -> SavedDtypes:
     """
     store = STORAGE_BYTES[precision.param_dtype]
     gpu = device != "cpu"
-    if precision.fp8 == "emulated":
-        # Each block matmul saves quantize-dequantized copies of its input and of its weight.
-        return SavedDtypes(
-            resid=store,
-            ln_stats=store,
-            lin_in=store,
-            attn=store,
-            scores=store,
-            mlp=store,
-            proj_copy=True,
-            weight_copy=store,
-            head_in=store,
-            head_weight_copy=0,
-            logits=store,
-        )
     if precision.fp8 in REAL_FP8:
-        # torchao's Float8Linear saves its input as it came (the fp32 LayerNorm output under autocast)
+        # torchao's Float8Linear (emulated or not: emulation changes only the matmul) saves its input
+        # as it came (the fp32 LayerNorm output under autocast)
         # and casts to float8 inside its matmuls, so no weight copy is kept; its output is bf16 under
         # autocast, so q, k, v and the MLP's tensors are, as are the head's input and weight copy.
         return SavedDtypes(

@@ -4,7 +4,7 @@ import torch)."""
 
 from __future__ import annotations
 
-from ablate.config import REAL_FP8, PrecisionConfig
+from ablate.config import PrecisionConfig
 
 
 def unsupported_reason(
@@ -33,6 +33,6 @@ def unsupported_reason(
         )
     if device == "cuda" and precision.uses_bf16 and not bf16:
         return f"precision={precision.name} needs bf16, which hardware={name} does not support"
-    if precision.fp8 in REAL_FP8 and peak_flops is not None and "fp8" not in peak_flops:
+    if precision.fp8_kernels and peak_flops is not None and "fp8" not in peak_flops:
         return f"precision={precision.name} needs fp8 tensor cores; hardware={name} lists none in peak_flops"
     return None

@@ -319,8 +319,16 @@ def gpu_note(rows: list[SummaryRow]) -> str | None:
     except (OSError, KeyError, TypeError):
         return None
     peaks = {k: float(v) for k, v in peaks.items()}
-    # fp8_emulated: fp32 math
-    dtypes = {"bf16": "bf16", "bf16_pure": "bf16", "fp16": "fp16", "fp8_tensorwise": "fp8", "fp8_rowwise": "fp8"}
+    # An emulated fp8 arm computes in fp32 here; on the GPU its recipe runs fp8's matmuls.
+    dtypes = {
+        "bf16": "bf16",
+        "bf16_pure": "bf16",
+        "fp16": "fp16",
+        "fp8_tensorwise": "fp8",
+        "fp8_rowwise": "fp8",
+        "fp8_tensorwise_emulated": "fp8",
+        "fp8_rowwise_emulated": "fp8",
+    }
     parts = [
         f"{p} {peaks[dtypes[p]] / peaks['tf32']:.2g}x"
         for p in sorted(precisions, key=str)
@@ -332,8 +340,8 @@ def gpu_note(rows: list[SummaryRow]) -> str | None:
         f"- On a GPU: an {GPU_NOTE_HARDWARE.upper()}'s dense peak is {peaks['tf32'] / 1e12:.0f} TFLOP/s for fp32 "
         f"matmuls (as TF32), {peaks.get('bf16', 0) / 1e12:.0f} for bf16/fp16 and {peaks.get('fp8', 0) / 1e12:.0f} "
         f"for fp8: against fp32, a compute-bound step could speed up by at most {', '.join(parts)} "
-        "(fp8_emulated only simulates fp8's rounding, in fp32). Runs as small as these are overhead-bound "
-        "there too: the gain appears at the sizes `ablate plan` prices."
+        "(an *_emulated arm is the GPU recipe's rounding, computed here in fp32). Runs as small as these are "
+        "overhead-bound there too: the gain appears at the sizes `ablate plan` prices."
     )
 
 
