@@ -173,9 +173,12 @@ def test_the_command_over_a_csv(tmp_path, cli):
         ["points=points.csv", "arm=policy", "baseline=fp32", "n_boot=100", "out=out"], tmp_path, command="compare"
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("bf16 vs fp32: x0.")
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("bf16 vs fp32, run against run: log loss +0.")  # the paired offset first
+    assert "higher loss; lower in 0 of 12 paired runs" in lines[0]
+    multiplier = lines[lines.index("compute multipliers, across scale:") + 1]
+    assert multiplier.startswith("bf16 vs fp32: x0.") and multiplier.endswith("paired: 12 runs of 4 model instances")
     assert "law of fp32: " in done.stdout
-    assert done.stdout.splitlines()[0].endswith("paired: 12 runs of 4 model instances")
     near(tmp_path / "out" / "multiplier.json", 0.7)
     doc = json.loads((tmp_path / "out" / "multiplier.json").read_text())
     assert doc["entropy_floor"] == 0.8 and all(a["law"]["E"]["value"] >= 0.8 for a in doc["arms"].values())
@@ -206,7 +209,7 @@ def test_the_command_over_an_experiment_groups_runs_by_a_config_key(tmp_path, cl
     args = ["experiment=ladder", f"tracking.uri={uri}", "baseline=fp32", "n_boot=100", "out=out", "target=1e13"]
     done = cli(args, tmp_path, command="compare")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("fp16 vs fp32: x0.")
+    assert "\nfp16 vs fp32: x0." in done.stdout
     near(tmp_path / "out" / "multiplier.json", 0.8)
     runs = client.search_runs([exp], filter_string="tags.`ablate.kind` = 'compare'")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"

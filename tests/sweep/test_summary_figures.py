@@ -111,3 +111,71 @@ def test_without_the_store_a_skipped_run_keeps_the_figures_its_summary_recorded(
     (row,) = summarize(tmp_path, {"name": "sweep", "sweep_id": "s"}).rows
     assert row.final_val_loss == 2.5 and row.final_val_bpb == 3.6 and row.status == "skipped"
     assert (tmp_path / "points.csv").read_text().splitlines()[1].startswith("59904,4096,2.5,")
+
+
+def seeded_rows(arms: list[str], sizes: dict[str, int], key: str = "precision"):
+    """Runs of each arm, size and seed (0, 1), each with a loss curve."""
+    rows, curves = [], {}
+    for model, params in sizes.items():
+        for arm in arms:
+            for seed in ("0", "1"):
+                job = str(len(rows))
+                curves[job] = ((1e9, 2e9), (3.0, 2.5 + 0.01 * len(rows)))
+                overrides = {key: arm, "train.seed": seed}
+                if len(sizes) > 1:
+                    overrides = {"model": model, **overrides}
+                result = {"precision": arm if key == "precision" else "fp32", "status": "finished"}
+                result.update(params=params, tokens=2_000, final_val_loss=curves[job][1][-1], model=model)
+                label = " ".join(f"{k}={v}" for k, v in overrides.items())
+                rows.append(SummaryRow(label, job, overrides, result))
+    return compared(rows), curves
+
+
+def drawn(monkeypatch, plot, *args):
+    """The figure a plot function draws: {axes title or index: (legend texts, line colours, line styles)}."""
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, plt, path: figures.append(fig) or path)
+    plot(*args)
+    (fig,) = figures
+    return fig
+
+
+def test_each_arm_has_its_own_colour_and_one_legend_entry(monkeypatch, tmp_path):
+    """Twelve arms on one model: twelve colours, none repeated, one legend entry each (its seeds
+    share it), the legend outside the axes; the ratio panel says it divides by the same seed's run."""
+    import matplotlib.colors as mcolors
+
+    arms = ["fp32", *[f"arm{i}" for i in range(11)]]
+    rows, curves = seeded_rows(arms, {"nano": 59_904})
+    fig = drawn(monkeypatch, plots.plot_loss_vs_flops, rows, curves, tmp_path / "l.png")
+    top, low = fig.axes[0], fig.axes[-1]
+    legend = [t.get_text() for t in top.get_legend().get_texts()]
+    assert [t for t in legend if not t.startswith("entropy")] == [f"precision={a}" for a in arms]
+    colours = {line.get_label(): mcolors.to_hex(line.get_color()) for line in top.get_lines()}
+    assert len({colours[f"precision={a}"] for a in arms}) == len(arms)
+    bbox = top.get_legend().get_window_extent(fig.canvas.get_renderer())
+    assert bbox.x0 >= top.get_window_extent(fig.canvas.get_renderer()).x1  # beside the data, not over it
+    assert "precision=fp32's" in low.get_ylabel() and "same seed" in low.get_ylabel()
+
+
+def test_arms_of_a_sweep_over_sizes_are_told_apart(monkeypatch, tmp_path):
+    """baseline and muon at the same size (one parameter count): a legend entry for each size and
+    arm, colour by size, a dash pattern by arm."""
+    rows, curves = seeded_rows(["baseline", "muon"], {"pico": 9_000, "nano": 59_904}, key="+ablation")
+    fig = drawn(monkeypatch, plots.plot_loss_vs_flops, rows, curves, tmp_path / "l.png")
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts() if not t.get_text().startswith("entropy")]
+    assert legend == [
+        "pico (9K params), +ablation=baseline",
+        "pico (9K params), +ablation=muon",
+        "nano (59.9K params), +ablation=baseline",
+        "nano (59.9K params), +ablation=muon",
+    ]
+    styles = {line.get_label(): line.get_linestyle() for line in ax.get_lines() if line.get_label() in legend}
+    assert styles[legend[0]] != styles[legend[1]] and styles[legend[0]] == styles[legend[2]]
+
+
+def test_speeds_the_summary_cannot_compare_are_drawn_as_such(monkeypatch, tmp_path):
+    rows, _ = rows_and_curves()  # no core share recorded: no speed is comparable
+    fig = drawn(monkeypatch, plots.plot_speed_memory, rows, tmp_path / "s.png")
+    assert "not comparable" in fig.axes[0].get_xlabel() and "shared their cores" in fig.axes[0].get_title()

@@ -23,6 +23,7 @@ to a run tagged ablate.kind=compare. The method is in scaling/multiplier.py, the
 from __future__ import annotations
 
 import csv
+import math
 import sys
 
 from ablate.cli.common import claim_output, fail, hydra_main
@@ -160,6 +161,35 @@ def _group(points, values: list[str], pairing: list[tuple], cfg: CompareConfig) 
     return groups, keys
 
 
+def offset_line(c) -> str | None:
+    """What the runs say run against run, when the arms were paired: the mean log-loss offset over
+    model instances with its Student's t interval (scaling/multiplier_paired.py), what it amounts to
+    when the interval excludes 0, and on how many of the pairs the arm's loss was lower."""
+    f = c.paired
+    if f is None or f.offset.ci95 is None:
+        return None
+    lo, hi = f.offset.ci95
+    d = f.runs.d
+    counts = f"lower in {int((d < 0).sum())} of {len(d)} paired runs"
+    offset = f"log loss {f.offset.value:+.2g} (95% {lo:+.2g} to {hi:+.2g})"
+    if lo > 0 or hi < 0:
+        change = math.expm1(f.offset.value)
+        said = f"{abs(change):.1%} {'lower' if change < 0 else 'higher'} loss"
+    else:
+        said = "no difference resolved (the interval holds 0)"
+    return f"{c.arm} vs {c.baseline}, run against run: {offset}: {said}; {counts}"
+
+
+def console_text(report, multipliers: str) -> str:
+    """The headline first: each paired arm's offset where the runs resolve it; then the compute
+    multipliers across scale, which keep their own verdicts (not_determined where the laws cannot
+    carry the offset across scales)."""
+    offsets = [line for line in (offset_line(c) for c in report.comparisons) if line]
+    if not offsets:
+        return multipliers
+    return "\n".join([*offsets, "compute multipliers, across scale:", multipliers])
+
+
 def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
@@ -185,7 +215,7 @@ def task(cfg) -> dict:
     except (ConfigError, FitInputError) as exc:
         fail(str(exc))
     print(source, file=sys.stderr)
-    print(multiplier_export.summary_text(report))
+    print(console_text(report, multiplier_export.summary_text(report)))
     print(f"wrote {', '.join(str(f) for f in files)}")
     if experiment_id is not None:
         from ablate.scaling import log_fit_run

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ablate.files import save_figure
-from ablate.sweep.rows import SummaryRow, fit_points
+from ablate.sweep.rows import SEED_KEY, SummaryRow, fit_points
 
 # Override keys that set a run's size, and those that set how long it trains.
 SIZE_KEYS = ("model",)
@@ -69,44 +69,76 @@ def _size_colors(rows: list[SummaryRow]) -> dict | None:
     return {p: cmap(i / max(1, len(sizes) - 1) * 0.9) for i, p in enumerate(sizes)}
 
 
+def line_arm(row: SummaryRow, sized: bool) -> str:
+    """What a run's line stands for beside its size and seed: the swept values of its arm (its
+    overrides but the seed and, in a sweep over sizes, the size and the budget), as the user wrote them."""
+    skip = (SEED_KEY, *(SIZE_KEYS + BUDGET_KEYS if sized else ()))
+    parts = [f"{k}={v}" for k, v in row.overrides.items() if k not in skip]
+    return " ".join(parts) or "all runs"
+
+
+def arm_styles(arms: list[str], by_colour: bool) -> dict[str, dict]:
+    """{arm: matplotlib line style}: a colour each of a qualitative palette (tab10, tab20 past ten
+    arms, so no two arms share one), or, where colour already tells the sizes apart, a dash pattern
+    and marker each."""
+    import matplotlib
+
+    if by_colour:
+        cmap = matplotlib.colormaps["tab10" if len(arms) <= 10 else "tab20"]
+        return {a: {"color": cmap(i % cmap.N)} for i, a in enumerate(arms)}
+    dashes = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
+    return {
+        a: {"linestyle": dashes[i % len(dashes)], "marker": markers[i % len(markers)], "markevery": [-1]}
+        for i, a in enumerate(arms)
+    }
+
+
 def plot_loss_vs_flops(rows: list[SummaryRow], curves: dict, path: Path) -> Path | None:
     """Every run's validation loss against training FLOPs; when the runs share one model and one
     ran in fp32 (a precision or attention sweep), a lower panel shows each run's loss divided by
-    fp32's at the same FLOPs, where differences of a fraction of a percent are visible."""
-    if not curves:
+    its baseline run's (the same seed's) at the same FLOPs, where differences of a fraction of a
+    percent are visible. Each arm has a colour of its own and one legend entry (its seeds share it);
+    over several sizes colour tells the sizes and a dash pattern each arm. The legend sits outside
+    the axes, beside them."""
+    plotted = [r for r in rows if r.job in curves]
+    if not plotted:
         return None
     plt = _pyplot()
     base = _ratio_baseline(rows, curves)
     if base is None:
-        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+        fig, ax = plt.subplots(figsize=(9.5, 4.8))
     else:
-        fig, (ax, low) = plt.subplots(2, 1, figsize=(7.5, 6.8), sharex=True, height_ratios=[3, 2])
-    colors = _size_colors([r for r in rows if r.job in curves])
-    labelled = set()
-    for r in rows:
-        if r.job not in curves:
-            continue
+        fig, (ax, low) = plt.subplots(2, 1, figsize=(9.5, 6.8), sharex=True, height_ratios=[3, 2])
+    colors = _size_colors(plotted)
+    arms = list(dict.fromkeys(line_arm(r, colors is not None) for r in plotted))
+    styles = arm_styles(arms, by_colour=colors is None)
+    labelled: set[str] = set()
+    for r in plotted:
         flops, loss = curves[r.job]
-        if colors:  # one colour per model size, one legend entry per size
-            name = f"{r.figures.get('model', '?')} ({_short(r.params)} params)"
-            ax.plot(flops, loss, color=colors[r.params], linewidth=1.2, label=None if name in labelled else name)
-            ax.plot(flops[-1:], loss[-1:], "o", color=colors[r.params], markersize=4)
-            labelled.add(name)
+        arm = line_arm(r, colors is not None)
+        style = dict(styles[arm])
+        if colors:
+            style["color"] = colors[r.params]
+            size = f"{r.figures.get('model', '?')} ({_short(r.params)} params)"
+            name = size if len(arms) == 1 else f"{size}, {arm}"
         else:
-            ax.plot(flops, loss, marker="o", markersize=3, label=r.label)
+            name = arm
+        ax.plot(flops, loss, linewidth=1.2, label=None if name in labelled else name, **style)
+        ax.plot(flops[-1:], loss[-1:], "o", color=style.get("color"), markersize=4)
+        labelled.add(name)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    _floor(ax, rows)
+    _floor(ax, plotted, curves)
     ax.set_xlabel("training FLOPs")
     ax.set_ylabel("validation loss (nats/token)")
     _bpb_axis(ax, rows)
     if base is not None:
-        _ratio_panel(low, rows, curves, base)
-    ax.set_title(
-        "Validation loss against compute (dots: end of each run)" if colors else "Validation loss against compute"
-    )
+        _ratio_panel(low, rows, curves, base, styles)
+    ax.set_title("Validation loss against compute (dots: end of each run; seeds of an arm share its line style)")
+    ax.title.set_fontsize(9)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2 if len(ax.get_legend_handles_labels()[0]) > 8 else 1)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.12, 1.0), borderaxespad=0.0, frameon=False)
     return _save(fig, plt, path)
 
 
@@ -130,52 +162,68 @@ def _ratio_baseline(rows: list[SummaryRow], curves: dict) -> SummaryRow | None:
     return next((r for r in plotted if r.precision == "fp32"), None)
 
 
-def _ratio_panel(ax, rows: list[SummaryRow], curves: dict, base: SummaryRow) -> None:
-    """Each run against its baseline run (the same seed's, where seeds were swept)."""
+def _ratio_panel(ax, rows: list[SummaryRow], curves: dict, base: SummaryRow, styles: dict[str, dict]) -> None:
+    """Each run against its baseline run: the same seed's where seeds were swept, else the one
+    baseline run; the label says which."""
+    seeded = any(SEED_KEY in r.overrides for r in rows)
     for r in rows:
-        if r.job not in curves:
+        if r.job not in curves or r.job == base.job and not seeded:
             continue
         partner = r.comparison.baseline_job if r.comparison.baseline_job in curves else base.job
         at = dict(zip(*curves[partner], strict=False))
         points = [(f, v / at[f]) for f, v in zip(*curves[r.job], strict=False) if f in at]
         if points:
             xs, ys = zip(*points, strict=False)
-            ax.plot(xs, ys, marker="o", markersize=3, label=r.label)
+            ax.plot(xs, ys, marker="o", markersize=2, linewidth=1.0, **styles[line_arm(r, False)])
     ax.axhline(1.0, color="gray", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("training FLOPs")
-    ax.set_ylabel(f"val loss / {base.label}'s")
+    base_arm = line_arm(base, False)
+    ax.set_ylabel(f"val loss / {base_arm}'s\n(same seed)" if seeded else f"val loss / {base.label}'s")
     ax.grid(True, which="both", alpha=0.3)
     ax.yaxis.get_major_formatter().set_useOffset(False)
 
 
 def plot_speed_memory(rows: list[SummaryRow], path: Path) -> Path | None:
     """Side by side, per run of a sweep over precision: training speed measured here, and one
-    step's modelled peak memory (what the policy saves wherever it runs)."""
+    step's modelled peak memory (what the policy saves wherever it runs). Speeds that the summary
+    cannot compare (runs that shared their cores: Comparison.speedup_comparable) are drawn grey
+    and hatched, with the reason on the plot."""
     done = [r for r in rows if r.status == "finished" and r.tokens_per_s]
     if len({r.precision for r in done}) < 2:
         return None
     plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.9 + 0.28 * len(done)))
     labels = [r.precision or r.label for r in done]
     if len(set(labels)) < len(labels):  # seeds swept: one bar per run, named by its label
         labels = [r.label for r in done]
+    arms = list(dict.fromkeys(line_arm(r, False) for r in done))
+    styles = arm_styles(arms, by_colour=True)
+    colours = [styles[line_arm(r, False)]["color"] for r in done]
+    comparable = any(r.comparison.speedup_comparable for r in done)
     speeds = [r.tokens_per_s for r in done]
-    left.barh(labels, speeds, color="tab:blue")
     device = next((r.device for r in done if r.device), "this machine")
-    left.set_xlabel(f"training tokens/s on {device} (measured)")
+    if comparable:
+        left.barh(labels, speeds, color=colours)
+        left.set_xlabel(f"training tokens/s on {device} (measured)")
+    else:
+        left.barh(labels, speeds, color="lightgray", hatch="//", edgecolor="gray")
+        left.set_xlabel(f"training tokens/s on {device} (measured; not comparable)")
+        left.set_title("not comparable: the runs shared their cores (summary.md says which)", fontsize=8)
     left.invert_yaxis()
     for y, v in enumerate(speeds):
-        left.text(v, y, f" {v:,.0f}", va="center", fontsize=8)
+        left.text(v, y, f" {v:,.0f}", va="center", fontsize=7)
     memory = [(r.memory_bytes or 0) / 1e6 for r in done]
-    right.barh(labels, memory, color="tab:orange")
+    right.barh(labels, memory, color=colours)
     right.set_xlabel("one step's peak memory, MB (modelled)")
+    right.set_yticklabels([])
     right.invert_yaxis()
     for y, v in enumerate(memory):
-        right.text(v, y, f" {v:.3g}", va="center", fontsize=8)
+        right.text(v, y, f" {v:.3g}", va="center", fontsize=7)
     for ax in (left, right):
         ax.grid(True, axis="x", alpha=0.3)
         ax.margins(x=0.25)
+        ax.tick_params(axis="y", labelsize=7)
     fig.suptitle("Speed and memory per precision policy", fontsize=10)
     return _save(fig, plt, path)
 
@@ -241,13 +289,19 @@ def _group_order(members: list[SummaryRow], x: str) -> int:
     return min(_axis(r, other) for r in members)
 
 
-def _floor(ax, rows: list[SummaryRow]) -> None:
+def _floor(ax, rows: list[SummaryRow], curves: dict | None = None) -> None:
     """The lowest loss any model can reach (the synthetic language's entropy rate), and plain
-    decimal labels on the log-scaled loss axis (losses span well under a decade)."""
+    decimal labels on the log-scaled loss axis (losses span well under a decade). With the curves
+    given, the axis spans their losses and a floor far below them is named in the legend, not drawn
+    (it would squeeze every curve into the top of the plot)."""
     from matplotlib.ticker import FormatStrFormatter
 
+    low = min((min(curves[r.job][1]) for r in rows if r.job in (curves or {})), default=None)
     for floor in {r.entropy_floor for r in rows if r.entropy_floor}:
-        ax.axhline(floor, color="gray", linestyle="--", linewidth=1, label=f"entropy floor {floor:.3f}")
+        if low is not None and floor < 0.8 * low:
+            ax.plot([], [], color="gray", linestyle="--", label=f"entropy floor {floor:.3f} (below the axis)")
+        else:
+            ax.axhline(floor, color="gray", linestyle="--", linewidth=1, label=f"entropy floor {floor:.3f}")
     ax.yaxis.set_major_formatter(FormatStrFormatter("%.1f"))
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%.1f"))
 
