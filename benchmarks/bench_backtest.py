@@ -7,6 +7,14 @@ Targets (issues 13, 26): on Chinchilla, at least 90% of the held-out runs inside
 distance tested, and within 1.5 decades a median half-width at most 4 times the median absolute error.
 Coverage is a count and does not depend on the machine; the CPU time is reported beside it.
 Writes benchmarks/results/backtest.json and prints the tables of docs/fitting.md.
+
+`python benchmarks/bench_backtest.py ladders` is the study of issue 40 instead: the same backtest on
+every public ladder in tests/fixtures (Epoch's Chinchilla points, the Marin and fineweb_c4 iso-FLOP
+ladders, tests/fixtures/ladders/README.md) and on this project's recorded ladders, once with the
+interval as it was (interval=hull: the law's value) and once as it is (interval=adaptive: the value
+moved as far as the cuts show the drift carries on); per ladder and distance band, the median signed
+and absolute error, the coverage, the half-width over the error and the trusted predictions inside.
+Writes benchmarks/results/ladders.json and prints the table of docs/fitting.md.
 """
 
 from __future__ import annotations
@@ -85,5 +93,72 @@ def main() -> None:
     print(json.dumps({k: {"coverage": v["coverage"], "cpu_s": v["cpu_s"]} for k, v in results.items()}))
 
 
+LADDER_BANDS = ((0.5, 1.0), (1.0, 1.5), (1.5, 2.0))  # decades past the largest fitted run
+METHODS = ("hull", "adaptive")  # before and after issue 40 (calibration.INTERVAL_METHODS)
+
+
+def ladders() -> dict[str, Points]:
+    """Every public ladder in tests/fixtures, then this project's recorded ladders of 20 runs or more."""
+    out = {"chinchilla (Epoch)": load_chinchilla(ROOT / "tests" / "fixtures" / "chinchilla.csv")}
+    for path in sorted((ROOT / "tests" / "fixtures" / "ladders").glob("*.csv")):
+        out[path.stem] = Points.from_csv(path)
+    for path in sorted((ROOT / "experiments").glob("*/sweep/points.csv")):
+        points = Points.from_csv(path)
+        if len(points) >= 20:
+            out[f"project: {path.parts[-3]}"] = points
+    return out
+
+
+def band_figures(bt, lo: float, hi: float) -> dict | None:
+    rows = [r for r in bt.runs if lo < r.decades <= hi]
+    if not rows:
+        return None
+    error = np.array([r.rel_error for r in rows])
+    half = np.array([r.half_width for r in rows])
+    trusted = [r for r in rows if r.verdict.trusted]
+    return {
+        "n": len(rows),
+        "median_error": float(np.median(error)),  # (predicted - actual) / actual: > 0 predicted too high
+        "median_abs_error": float(np.median(np.abs(error))),
+        "coverage": float(np.mean([r.inside for r in rows])),
+        "half_width_over_error": float(np.median(half) / np.median(np.abs(error))),
+        "trusted": len(trusted),
+        "trusted_inside": sum(r.inside for r in trusted),
+    }
+
+
+def ladder_study() -> None:
+    results, lines = {}, []
+    head = "| ladder | runs | interval | " + " | ".join(f"{a:g} to {b:g} decades" for a, b in LADDER_BANDS) + " |"
+    lines += [head, "|" + "---|" * (3 + len(LADDER_BANDS))]
+    for name, points in ladders().items():
+        results[name] = {}
+        for method in METHODS:
+            cpu = time.process_time()
+            bt = backtest(points, FitOptions(n_boot=N_BOOT, interval=method))
+            figures = {f"{a:g}-{b:g}": band_figures(bt, a, b) for a, b in LADDER_BANDS}
+            results[name][method] = {"cpu_s": round(time.process_time() - cpu, 1), "by_distance": figures}
+            cells = [
+                "-"
+                if f is None
+                else f"{100 * f['median_error']:+.1f}% ({100 * f['median_abs_error']:.1f}%), "
+                f"{100 * f['coverage']:.0f}% in, {f['half_width_over_error']:.1f}x, n={f['n']}"
+                for f in figures.values()
+            ]
+            lines.append(f"| {name} | {len(points)} | {method} | " + " | ".join(cells) + " |")
+            print(lines[-1], flush=True)
+    out = ROOT / "benchmarks" / "results" / "ladders.json"
+    out.write_text(
+        json.dumps(
+            {"what": "backtest per ladder, interval=hull (before) and adaptive", "n_boot": N_BOOT, "results": results},
+            indent=2,
+        )
+        + "\n"
+    )
+    print("\n".join(lines))
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    ladder_study() if sys.argv[1:] == ["ladders"] else main()

@@ -91,3 +91,86 @@ def test_bad_input_is_one_line_and_writes_nothing(cli, fitted, args, says):
     cwd = fitted
     assert says in one_line_error(cli(args, cwd, command="predict"))
     assert not (cwd / "x.json").exists()
+
+
+def test_an_outside_target_gets_the_verdict_and_interval_a_run_config_would(cli, fitted):
+    """target.N and target.D name a run outside this project: the prediction is the fit's own at that
+    (N, D), as ablate.scaling.predict gives it, with no run config behind it."""
+    from ablate.scaling import load_fit
+    from ablate.scaling.predict import predict
+
+    cwd = fitted
+    made = cli(["fit=fit/fit.json", "out=outside.json", "target.N=4e5", "target.tokens=2e5"], cwd, command="predict")
+    assert made.returncode == 0, made.stdout + made.stderr
+    doc = json.loads((cwd / "outside.json").read_text())
+    expected = predict(load_fit(str(cwd / "fit" / "fit.json")).predictor, N=4e5, D=2e5)
+    assert doc["target"]["params"] == 4e5 and doc["target"]["tokens"] == 2e5
+    assert doc["target"]["flops"] == pytest.approx(6 * 4e5 * 2e5) and doc["target"]["config_hash"] is None
+    assert doc["verdict"] == expected.verdict.level and doc["reasons"] == [r.text for r in expected.verdict.reasons]
+    if expected.loss is not None:
+        assert doc["predicted"] == pytest.approx(expected.loss.value)
+        assert doc["interval95"] == pytest.approx(list(expected.loss.ci95))
+    assert "target.N=4e5 target.tokens=2e5" in made.stdout
+
+    budget = cli(["fit=fit/fit.json", "out=budget.json", "target.flops=1e12"], cwd, command="predict")
+    assert budget.returncode == 0, budget.stdout + budget.stderr
+    assert json.loads((cwd / "budget.json").read_text())["target"]["compute_optimal"] is True
+
+
+def test_an_outside_outcome_is_scored_against_the_prediction_made_before_it(cli, fitted):
+    cwd = fitted
+    args = ["fit=fit/fit.json", "out=scored.json", "target.N=2e5", "target.D=1e5"]
+    assert cli(args, cwd, command="predict").returncode == 0
+    made = json.loads((cwd / "scored.json").read_text())
+    assert made["predicted"] is not None, made["reasons"]
+    actual = made["predicted"] * 1.01
+    scored = cli(["--outcome", f"loss={actual}", "tokens=1e5", "params=2e5", "out=scored.json"], cwd, command="predict")
+    assert scored.returncode == 0, scored.stdout + scored.stderr
+    doc = json.loads((cwd / "scored.json").read_text())
+    assert {k: v for k, v in doc.items() if not k.startswith("actual")} == {
+        k: v for k, v in made.items() if not k.startswith("actual")
+    }
+    lo, hi = made["interval95"]
+    assert doc["actual"] == actual and doc["actual_score"]["error"] == pytest.approx(0.01)
+    assert doc["actual_score"]["inside"] == (lo <= actual <= hi) and doc["actual_score"]["verdict"] == made["verdict"]
+    assert doc["actual_source"].startswith("outside: loss=") and doc["actual_scored_at"] >= doc["made_at"]
+    assert "+1.00%" in scored.stdout
+
+    # from a CSV: the row whose params and tokens are the target's
+    assert (
+        cli(["fit=fit/fit.json", "out=csv.json", "target.N=2e5", "target.D=1e5"], cwd, command="predict").returncode
+        == 0
+    )
+    (cwd / "outside.csv").write_text("params,tokens,loss\n1e5,1e5,9.9\n200000,100000,3.5\n")
+    from_csv = cli(["--outcome", "outside.csv", "out=csv.json"], cwd, command="predict")
+    assert from_csv.returncode == 0, from_csv.stdout + from_csv.stderr
+    doc = json.loads((cwd / "csv.json").read_text())
+    assert doc["actual"] == 3.5 and doc["actual_source"] == "outside: outside.csv, line 3"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["fit=fit/fit.json", "out=x.json", "target.N=2e5"], "is not a target"),
+        (["fit=fit/fit.json", "out=x.json", "target.N=2e5", "target.params=3e5"], "names N a second time"),
+        (["fit=fit/fit.json", "out=x.json", "target.N=2e5", "target.D=-1"], "target.D=-1 is not a positive number"),
+        (["fit=fit/fit.json", "out=x.json", "target.N=2e5", "target.D=1e5", "model=nano"], "beside target.*"),
+        (["fit=fit/fit.json", "out=x.json", "target.size=2e5"], "target.size is not a target key"),
+    ],
+)
+def test_a_bad_outside_target_is_one_line_and_writes_nothing(cli, fitted, args, says):
+    assert says in one_line_error(cli(args, fitted, command="predict"))
+    assert not (fitted / "x.json").exists()
+
+
+def test_an_outside_outcome_that_is_not_the_target_is_refused(cli, fitted):
+    cwd = fitted
+    assert (
+        cli(["fit=fit/fit.json", "out=other.json", "target.N=2e5", "target.D=1e5"], cwd, command="predict").returncode
+        == 0
+    )
+    wrong = cli(["--outcome", "loss=3.4", "tokens=2e5", "out=other.json"], cwd, command="predict")
+    assert "the outcome's tokens=200000 is not the predicted target's 100000" in one_line_error(wrong)
+    no_loss = cli(["--outcome", "tokens=1e5", "out=other.json"], cwd, command="predict")
+    assert "has no loss=" in one_line_error(no_loss)
+    assert json.loads((cwd / "other.json").read_text())["actual"] is None

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ablate.scaling.backtest import backtest, held_out
-from ablate.scaling.calibration import Calibration, calibrate, log_interval
+from ablate.scaling.calibration import HULL, Calibration, calibrate, log_interval
 from ablate.scaling.laws.chinchilla import ChinchillaLaw, fit_approach3
 from ablate.scaling.points import FitInputError, Points, load_chinchilla
 from ablate.scaling.predict import FitOptions, fit_predictor
@@ -26,15 +26,16 @@ def drifting(seed: int = 3, noise: float = 0.005) -> Points:
 
 
 def test_log_interval_adds_curve_run_and_law_in_quadrature():
-    cal = Calibration(run_sigma=0.01, kappa=0.02, reach=1.0)
+    cal = Calibration(run_sigma=0.01, kappa=0.02, reach=1.0, method=HULL)
     center = np.log(np.array([2.0, 2.0]))
     samples = center + np.array([[-0.03, -0.03], [0.0, 0.0], [0.03, 0.03]]).repeat(40, axis=0)
-    lo, hi = log_interval(center, samples, np.array([0.0, 2.0]), cal)
+    value, lo, hi = log_interval(center, samples, np.array([0.0, 2.0]), cal)
+    np.testing.assert_allclose(value, center)
     boot = 0.03  # the samples' 2.5% and 97.5% percentiles sit 0.03 from the centre
     for j, d in enumerate((0.0, 2.0)):
         half = np.hypot(boot, 1.959963984540054 * np.hypot(0.01, 0.02 * d))
         assert center[j] - lo[j] == pytest.approx(half) and hi[j] - center[j] == pytest.approx(half)
-    lo0, hi0 = log_interval(center, None, np.zeros(2), Calibration(0.0, None, None))
+    _, lo0, hi0 = log_interval(center, None, np.zeros(2), Calibration(0.0, None, None))
     np.testing.assert_allclose([lo0, hi0], [center, center])
 
 
@@ -108,11 +109,11 @@ def test_the_interval_reaches_further_on_the_side_the_cuts_drifted_to():
     it, and at the data (d = 0) nothing moves."""
     center = np.log(np.full(2, 3.0))
     d = np.array([0.0, 1.5])
-    about_law = log_interval(center, None, d, Calibration(0.01, 0.04, 1.0))
-    drifting_down = log_interval(center, None, d, Calibration(0.01, 0.04, 1.0, drift=-0.04))
+    about_law = log_interval(center, None, d, Calibration(0.01, 0.04, 1.0, method=HULL))[1:]
+    drifting_down = log_interval(center, None, d, Calibration(0.01, 0.04, 1.0, drift=-0.04, method=HULL))[1:]
     np.testing.assert_allclose(drifting_down[1], about_law[1])
     np.testing.assert_allclose(drifting_down[0], about_law[0] - np.array([0.0, 0.06]))
-    drifting_up = log_interval(center, None, d, Calibration(0.01, 0.04, 1.0, drift=0.04))
+    drifting_up = log_interval(center, None, d, Calibration(0.01, 0.04, 1.0, drift=0.04, method=HULL))[1:]
     np.testing.assert_allclose(drifting_up[0], about_law[0])
     assert drifting_up[1][1] == pytest.approx(about_law[1][1] + 0.06)
 

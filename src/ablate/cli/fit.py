@@ -44,6 +44,7 @@ def fit_options(cfg: FitSourceConfig) -> FitOptions:
         n_boot=cfg.n_boot,
         seed=cfg.seed,
         noise=cfg.noise,
+        interval=cfg.interval,
     )
 
 
@@ -179,6 +180,7 @@ def run_params(cfg: FitConfig, inputs: FitInputs) -> dict:
         "params": cfg.params,
         "tie_exponents": cfg.tie_exponents,
         "form": cfg.form,
+        "interval": cfg.interval,
         "entropy_floor": inputs.entropy_floor,
         "out": str(cfg.out_dir),
         **{f"target.{k}": v for k, v in cfg.target.as_kwargs().items()},

@@ -16,6 +16,10 @@ PARAM_KINDS = ("total", "non_embedding")  # which parameter count is N: Chinchil
 # approach 3's law: additive E + A/N^alpha + B/D^beta (Hoffmann et al. 2022), or joint
 # E + [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D (Kaplan et al. 2020), scaling/laws/chinchilla.FORMS
 LAW_FORMS = ("additive", "joint")
+# how a prediction's interval is calibrated (scaling/calibration.py): adaptive corrects the drift the
+# refits below cuts share and scales the width to their errors; hull keeps the law's value and widens
+# the interval toward the drift (the method before adaptive, kept to compare against)
+INTERVAL_METHODS = ("adaptive", "hull")
 DEFAULT_CUTS = (0.25, 0.375, 0.5, 0.625, 0.75)  # the backtest's cuts, as fractions of the log-compute span
 # Each bootstrap resample is a whole fit: beyond this the fit outlasts any use of its interval.
 MAX_BOOT = 100_000
@@ -112,10 +116,15 @@ class FitSourceConfig:
     tie_exponents: bool = False
     form: str = "additive"
     noise: float | None = None
+    interval: str = "adaptive"
     tracking: FitTrackingConfig = field(default_factory=FitTrackingConfig)
 
     def validate(self) -> None:
         check_source(self.experiment, self.points, "params,tokens,loss[,flops]")
+        if self.interval not in INTERVAL_METHODS:
+            raise ConfigError(
+                f"interval={self.interval} is not a calibration method (valid: {', '.join(INTERVAL_METHODS)})"
+            )
         for key in ("n_boot", "seed"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key}={getattr(self, key)} is negative (valid: >= 0)")

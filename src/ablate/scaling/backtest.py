@@ -259,6 +259,8 @@ class Backtest:
             f"{SHARP_WITHIN:g} decades the half-width is {'-' if sharp is None else f'{sharp:.1f}'} times the "
             "median error"
         )
+        if not any(b.n >= MIN_BIN_RUNS for b in self.bins()):
+            return self._count_only()
         if not any(r.verdict.usable for r in self.runs):
             return f"No prediction above a cut is printed (every one is not_determined); evaluated anyway, {tail}."
         if "under_covers" in codes:
@@ -266,6 +268,25 @@ class Backtest:
         if "too_wide" in codes:
             return f"The 95% intervals cover but are wider than the errors need: {tail}."
         return f"The 95% intervals are calibrated and sharp: {tail}."
+
+    def _count_only(self) -> str:
+        """The decision when no distance has MIN_BIN_RUNS runs: what happened to each, and no judgment."""
+        n, inside = len(self.runs), sum(r.inside for r in self.runs)
+        if n == 1:
+            where = "inside" if inside else "outside"
+            told = f"1 held-out run, {where} its 95% interval"
+        else:
+            told = f"{inside} of {n} held-out runs inside their 95% interval"
+        return (
+            f"{told} (error {self._errors()}): too few runs to judge the interval (it takes {MIN_BIN_RUNS} at one "
+            "distance; `ablate backtest` refits below several cuts)."
+        )
+
+    def _errors(self) -> str:
+        errors = [100 * r.rel_error for r in self.runs]
+        if len(errors) == 1:
+            return f"{errors[0]:+.2f}%"
+        return f"{min(errors):+.2f}% to {max(errors):+.2f}%"
 
     def to_dict(self) -> dict:
         return {

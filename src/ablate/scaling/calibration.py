@@ -64,15 +64,27 @@ CUT_FRACTIONS = (0.4, 0.5, 0.6, 0.7, 0.8)
 CALIBRATION_BOOT = 40  # bootstrap resamples of each refit below a cut: enough for the sd of one slope
 NEAR_DECADES = 0.5  # held-out runs this close to their cut measure one run's out-of-sample scatter
 WINSOR = 3.0  # residuals beyond this many robust sds count as that many in sigma_run
-FORMULA = (
-    "log L 95% interval: lo = log L_hat + min(mu d, 0) - sqrt(b_lo^2 + z^2 (sigma_run^2 + kappa^2 d^2)), "
-    "hi = log L_hat + max(mu d, 0) + sqrt(b_hi^2 + z^2 (sigma_run^2 + kappa^2 d^2)); b the bootstrap's "
-    "percentile half-width on that side, sigma_run the held-out runs' scatter near their cut (at least the "
-    "in-sample scatter and the noise floor), d decades of compute past the largest fitted run, mu the drift "
-    "of the log error per decade that the refits below cuts share (b_j ~ N(mu, tau^2 + v_j) at the maximum "
-    "likelihood, v_j what each refit's own bootstrap and run scatter explain), kappa = sqrt(mu^2 + tau^2), "
-    "at least sigma_run per decade"
-)
+ADAPTIVE = "adaptive"  # the hull, the prediction moved as far as the drift carries on, its own backtest (default)
+HULL = "hull"  # the law's value, the interval widened to the drift: how intervals were built before
+INTERVAL_METHODS = (ADAPTIVE, HULL)
+BAND_EDGES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, math.inf)  # decades past the data: the backtest's bands
+FORMULAS = {
+    HULL: (
+        "log L 95% interval: lo = log L_hat + min(mu d, 0) - sqrt(b_lo^2 + z^2 (sigma_run^2 + kappa^2 d^2)), "
+        "hi = log L_hat + max(mu d, 0) + sqrt(b_hi^2 + z^2 (sigma_run^2 + kappa^2 d^2)); b the bootstrap's "
+        "percentile half-width on that side, sigma_run the held-out runs' scatter near their cut (at least the "
+        "in-sample scatter and the noise floor), d decades of compute past the largest fitted run, mu the drift "
+        "of the log error per decade that the refits below cuts share (b_j ~ N(mu, tau^2 + v_j) at the maximum "
+        "likelihood, v_j what each refit's own bootstrap and run scatter explain), kappa = sqrt(mu^2 + tau^2), "
+        "at least sigma_run per decade"
+    ),
+    ADAPTIVE: (
+        "the hull's interval (below); the prediction log L_hat + s mu d, s = lambda max(0, 1 - (se^2 + tau^2) / "
+        "mu^2), lambda in 0..1 the share of the drift the other cuts share that best explains each cut's "
+        "errors, se the drift's standard error, tau the cuts' spread about it; a prediction is trusted only at a "
+        "distance where the cuts' own held-out runs lie inside this interval at least 90% of the time"
+    ),
+}
 
 
 def warm_grid(law, floor: float = 0.0) -> np.ndarray:
@@ -106,6 +118,33 @@ class CalibrationCut:
 
 
 @dataclass(frozen=True)
+class CoverageBand:
+    """The calibration's own backtest at one range of distance past the data: of the n runs above a cut
+    that its refit predicted from lo to hi decades past the cut's largest run, how many the interval
+    (this calibration's, applied to that refit) held."""
+
+    lo: float
+    hi: float
+    n: int
+    inside: int
+
+    @property
+    def coverage(self) -> float:
+        return self.inside / self.n if self.n else float("nan")
+
+    def holds(self, decades: float) -> bool:
+        return (self.lo < decades <= self.hi) or (self.lo == 0 and decades == 0)
+
+    def to_dict(self) -> dict:
+        return {"decades": [self.lo, None if math.isinf(self.hi) else self.hi], "n": self.n, "inside": self.inside}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CoverageBand:
+        lo, hi = d["decades"]
+        return cls(float(lo), math.inf if hi is None else float(hi), int(d["n"]), int(d["inside"]))
+
+
+@dataclass(frozen=True)
 class Calibration:
     """The terms a prediction's interval adds to the bootstrap's (module docstring)."""
 
@@ -114,10 +153,20 @@ class Calibration:
     reach: float | None  # farthest calibrated distance, decades of compute; None: no cut fitted
     cuts: tuple[CalibrationCut, ...] = ()
     drift: float = 0.0  # mu: the law's mean log error (actual - law) per decade past the data
+    method: str = ADAPTIVE  # ADAPTIVE or HULL (adaptive(): what ADAPTIVE adds to HULL)
+    drift_sd: float = 0.0  # the standard error of mu (ADAPTIVE)
+    bands: tuple[CoverageBand, ...] = ()  # the calibration's own backtest by distance (ADAPTIVE)
+    drift_share: float = 0.0  # the share of mu d the prediction is moved by (ADAPTIVE: adaptive())
 
     @property
     def calibrated(self) -> bool:
         return self.kappa is not None
+
+    @property
+    def corrects(self) -> bool:
+        """Whether predictions past the data are moved toward the drift (ADAPTIVE, where the cuts show
+        that it carries on) rather than only the interval widened toward it (HULL)."""
+        return self.method == ADAPTIVE and self.calibrated and self.drift_share > 0
 
     def extra_sd(self, decades) -> np.ndarray:
         """sd of log loss beyond the curve's: sqrt(run_sigma^2 + (kappa d)^2), d = decades past the data."""
@@ -129,23 +178,37 @@ class Calibration:
         """The log error at d decades past the data if the law drifts on as the cuts did: mu d."""
         return self.drift * np.maximum(np.asarray(decades, float), 0.0)
 
+    def band(self, decades: float) -> CoverageBand | None:
+        """The backtest band that holds a distance, None past every band."""
+        return next((b for b in self.bands if b.holds(decades)), None)
+
     def to_dict(self) -> dict:
         return {
+            "method": self.method,
             "run_sigma": self.run_sigma,
             "kappa_per_decade": self.kappa,
             "drift_per_decade": self.drift,
+            "drift_sd_per_decade": self.drift_sd,
+            "drift_share": self.drift_share,
             "reach_decades": self.reach,
-            "method": FORMULA,
+            "formula": FORMULAS[self.method],
+            "backtest_by_distance": [b.to_dict() for b in self.bands],
             "cuts": [c.to_dict() for c in self.cuts],
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> Calibration:
+        method = d.get("method")
         return cls(
             float(d["run_sigma"]),
             _opt(d.get("kappa_per_decade")),
             _opt(d.get("reach_decades")),
             drift=float(d.get("drift_per_decade") or 0.0),
+            # fit.json files written before the adaptive interval hold the formula under `method`
+            method=method if method in FORMULAS else HULL,
+            drift_sd=float(d.get("drift_sd_per_decade") or 0.0),
+            drift_share=float(d.get("drift_share") or 0.0),
+            bands=tuple(CoverageBand.from_dict(b) for b in d.get("backtest_by_distance") or ()),
         )
 
 
@@ -195,12 +258,16 @@ def calibrate(
     fractions: tuple[float, ...] = CUT_FRACTIONS,
     n_params: int = 5,
     noise_floor: float = 0.0,
+    method: str = ADAPTIVE,
 ) -> Calibration:
     """sigma_run, kappa and reach from refits below cuts of the runs' log-C span (module docstring).
     refit(points) returns a fit with .converged, .law.loss(N, D) and .bootstrap (None, or .usable()
     laws as rows in its law's NAMES order), or raises FitInputError when the runs below a cut cannot
     support one (that cut is kept, with the reason). `sigma` is the full fit's in-sample run scatter
-    (run_sigma), the least sigma_run can be."""
+    (run_sigma), the least sigma_run can be. `method` ADAPTIVE also corrects the drift and scales the
+    width to the cuts' own errors (adaptive()); HULL widens the interval toward the drift."""
+    if method not in INTERVAL_METHODS:
+        raise FitInputError(f"interval={method!r} is not a method (valid: {', '.join(INTERVAL_METHODS)})")
     logC = np.log10(points.C)
     lo, hi = float(logC.min()), float(logC.max())
     cuts, held, seen = [], [], set()
@@ -215,14 +282,77 @@ def calibrate(
         if errors is not None:
             held.append(errors)
     if not held:
-        return Calibration(sigma, None, None, tuple(cuts))
+        return Calibration(sigma, None, None, tuple(cuts), method=method)
     scatter = near_scatter(held, max(sigma, noise_floor))
     drifts = np.array([h.drift for h in held])
     variances = np.array([h.drift_var(scatter) for h in held])
     reach = max(c.reach for c in cuts if c.drift is not None)
     # the floor: a law is not taken to drift by less than one run's scatter per decade
     mu, kappa = shared_drift(drifts, variances, scatter)
-    return Calibration(scatter, kappa, reach, tuple(cuts), drift=mu)
+    if method == HULL:
+        return Calibration(scatter, kappa, reach, tuple(cuts), drift=mu, method=HULL)
+    return adaptive(held, scatter, reach, tuple(cuts), mu, kappa)
+
+
+def adaptive(
+    held: list[HeldOut], scatter: float, reach: float, cuts: tuple[CalibrationCut, ...], mu: float, kappa: float
+) -> Calibration:
+    """The ADAPTIVE calibration: HULL's interval (mu, kappa from shared_drift), the prediction moved
+    toward the drift as far as the cuts show that it carries on, and the interval's own backtest.
+
+    Whether the drift carries on is tested inside the data: each cut's errors are predicted by the
+    drift the *other* cuts share, mu_(-j) d; lambda, the share of it that explains them best (least
+    squares through 0, clipped to 0..1), is how much of a cut's drift the next cut repeats. The drift
+    is also shrunk by its own evidence, max(0, 1 - (se^2 + tau^2) / mu^2) (the positive-part
+    James-Stein factor; se its standard error, tau the cuts' spread about it). The prediction is
+    log L_hat + lambda * shrink * mu d: a drift the cuts agree on and measure well moves it fully, one
+    that changes from cut to cut or is within its own error not at all. It stays inside the interval,
+    which reaches mu d on the drift's side (HULL).
+
+    The bands are the calibration's own backtest: each cut's held-out runs against the interval this
+    calibration gives that cut's refit (its curve sd, sigma_run, kappa, and the drift of the *other*
+    cuts), counted by distance past the cut. checks.coverage_reasons lets no prediction be trusted at a
+    distance where they under-cover."""
+    drifts = np.array([h.drift for h in held])
+    variances = np.array([h.drift_var(scatter) for h in held])
+    mu_all, tau, se = drift_terms(drifts, variances)
+    loco = [_others_drift(drifts, variances, j) for j in range(len(held))]
+    e = np.concatenate([h.e for h in held])
+    d = np.concatenate([h.d for h in held])
+    pushed = np.concatenate([m * h.d for m, h in zip(loco, held, strict=True)])
+    carries = float(np.clip(np.sum(e * pushed) / np.sum(pushed**2), 0.0, 1.0)) if np.any(pushed) else 0.0
+    shrink = max(0.0, 1.0 - (se**2 + tau**2) / mu_all**2) if mu_all else 0.0
+    inside = np.concatenate([_held_inside(h, m, scatter, kappa) for m, h in zip(loco, held, strict=True)])
+    bands = tuple(
+        CoverageBand(a, b, int(m.sum()), int(inside[m].sum()))
+        for a, b in zip(BAND_EDGES[:-1], BAND_EDGES[1:], strict=True)
+        if (m := ((d > a) & (d <= b)) | ((a == 0) & (d == 0))).any()
+    )
+    return Calibration(
+        scatter,
+        kappa,
+        reach,
+        cuts,
+        drift=mu,
+        method=ADAPTIVE,
+        drift_sd=se,
+        bands=bands,
+        drift_share=carries * shrink,
+    )
+
+
+def _others_drift(drifts: np.ndarray, variances: np.ndarray, j: int) -> float:
+    """mu from every cut but the j-th (0 with no other)."""
+    others = np.arange(drifts.size) != j
+    return drift_terms(drifts[others], variances[others])[0] if others.any() else 0.0
+
+
+def _held_inside(h: HeldOut, mu: float, scatter: float, kappa: float) -> np.ndarray:
+    """Which of a cut's held-out runs the HULL interval holds, built for that cut's refit: its curve sd,
+    sigma_run and kappa d in quadrature, reaching mu d further on the drift's side."""
+    half = Z95 * np.sqrt(h.curve_sd**2 + scatter**2 + (kappa * h.d) ** 2)
+    shift = mu * h.d
+    return (h.e >= np.minimum(shift, 0.0) - half) & (h.e <= np.maximum(shift, 0.0) + half)
 
 
 def _cut(points: Points, below: np.ndarray, refit) -> tuple[CalibrationCut, HeldOut | None]:
@@ -281,10 +411,16 @@ def shared_drift(
 ) -> tuple[float, float]:
     """(mu, kappa) from the cuts' drifts b_j ~ N(mu, tau^2 + v_j), v_j what the refit's own error and the
     runs' scatter make: mu the drift the cuts share (a form wrong the same way at every cut), tau their
-    spread beyond v_j, kappa = sqrt(mu^2 + tau^2) at the maximum of the likelihood, at least `floor`.
-    For each tau on a log grid (to 10 times the largest drift or drift sd, 0 included) mu is its
-    weighted mean, sum w b / sum w with w = 1 / (tau^2 + v_j). A drift its refit's uncertainty
-    explains adds nothing."""
+    spread beyond v_j, kappa = sqrt(mu^2 + tau^2) at the maximum of the likelihood, at least `floor`."""
+    mu, tau, _ = drift_terms(drifts, variances, steps)
+    return mu, max(math.hypot(mu, tau), float(floor))
+
+
+def drift_terms(drifts: np.ndarray, variances: np.ndarray, steps: int = 400) -> tuple[float, float, float]:
+    """(mu, tau, se(mu)) of the random-slope model b_j ~ N(mu, tau^2 + v_j) at the maximum of the
+    likelihood. For each tau on a log grid (to 10 times the largest drift or drift sd, 0 included) mu
+    is its weighted mean, sum w b / sum w with w = 1 / (tau^2 + v_j), and se(mu) = 1 / sqrt(sum w).
+    A drift its refit's uncertainty explains adds nothing."""
     b, v = np.asarray(drifts, float), np.asarray(variances, float)
     top = 10 * max(float(np.abs(b).max()), float(np.sqrt(v.max())), 1e-6)
     tau = np.concatenate([[0.0], np.geomspace(top * 1e-6, top, steps)])
@@ -293,16 +429,18 @@ def shared_drift(
     mu = np.sum(w * b[None], axis=1) / np.sum(w, axis=1)
     log_lik = -0.5 * np.sum(np.log(V) + (b[None] - mu[:, None]) ** 2 / V, axis=1)
     best = int(np.argmax(log_lik))
-    return float(mu[best]), max(math.hypot(float(mu[best]), float(tau[best])), float(floor))
+    return float(mu[best]), float(tau[best]), float(1.0 / math.sqrt(float(np.sum(w[best]))))
 
 
 def log_interval(
     center: np.ndarray, samples: np.ndarray | None, decades: np.ndarray, cal: Calibration
-) -> tuple[np.ndarray, np.ndarray]:
-    """95% interval of log L: center (g,), bootstrap samples of log L_hat (R, g) or None, decades (g,)
-    past the data. Each side's half-width is the bootstrap's on that side and Z95 * extra_sd, added in
-    quadrature, and the side the cuts drifted to reaches mu d further (module docstring). Returns
-    (lo, hi), each (g,)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The prediction and its 95% interval of log L: center (g,) the law's log L_hat, bootstrap samples
+    of log L_hat (R, g) or None, decades (g,) past the data. Returns (value, lo, hi), each (g,).
+
+    Each side's half-width is the bootstrap's on that side and Z95 * extra_sd added in quadrature, and
+    the side the cuts drifted to reaches mu d further (module docstring). The value is the law's,
+    moved by drift_share * mu d (ADAPTIVE; 0 for HULL): inside the interval, since drift_share <= 1."""
     center = np.asarray(center, float)
     low = high = np.zeros_like(center)
     if samples is not None and samples.shape[0]:
@@ -310,5 +448,6 @@ def log_interval(
         low, high = np.maximum(center - q_lo, 0.0), np.maximum(q_hi - center, 0.0)
     extra = Z95 * cal.extra_sd(decades)
     shift = cal.shift(decades)
+    value = center + cal.drift_share * shift if cal.corrects else center
     lo = center + np.minimum(shift, 0.0) - np.hypot(low, extra)
-    return lo, center + np.maximum(shift, 0.0) + np.hypot(high, extra)
+    return value, lo, center + np.maximum(shift, 0.0) + np.hypot(high, extra)

@@ -53,9 +53,13 @@ class Thresholds:
     residual_wide: float = 2.0  # RMS log residual / run-to-run noise
     residual_nd: float = 5.0
     trend_sigmas: float = 3.0  # a band's mean residual, in standard errors, that is a pattern
+    top_run_sigmas: float = 3.0  # the largest-compute runs' mean residual, in standard errors, that is off the law
     interval_factor_wide: float = 1.25  # hi / lo of a prediction's 95% interval
     interval_factor_nd: float = 2.0
     reach_nd: float = 2.0  # past the calibrated distance: wide up to this multiple, then not determined
+    backtest_coverage: float = 0.9  # the fit's own backtest must hold this share at the target's distance
+    backtest_coverage_nd: float = 0.5  # ... under this share the prediction is not determined
+    backtest_min_runs: int = 5  # ... from at least this many held-out runs at that distance
     n_opt_factor_wide: float = 3.0  # hi / lo of N_opt's 95% interval
     n_opt_factor_nd: float = 30.0
     tokens_per_param_min: float = 1.0  # a compute-optimal D/N outside these is not determined
@@ -401,6 +405,7 @@ def _residuals(f: LawFacts, noise: RunNoise, th: Thresholds) -> list[Reason]:
     named = f"; {off_law_text(f, noise)}"
     if out:
         out[-1] = Reason(out[-1].code, out[-1].level, out[-1].text + named)
+    out += _top_compute(f, noise, th)
     worst = max((_pattern(r, f.axes[name], name) for name in f.axes), key=lambda p: p[0], default=None)
     if worst is not None and worst[0] > th.trend_sigmas and abs(worst[1]) > noise.sigma / 2:
         t, mean, name, lo, hi = worst
@@ -416,6 +421,39 @@ def _residuals(f: LawFacts, noise: RunNoise, th: Thresholds) -> list[Reason]:
     return out
 
 
+def _top_compute(f: LawFacts, noise: RunNoise, th: Thresholds) -> list[Reason]:
+    """The runs at the largest compute (within TOP_DECADES of it), where a prediction past the data
+    starts: their mean residual against s (residual_scale: the noise, or the residuals' robust sd when
+    larger) times the standard error of a mean of that many runs. A law that bends away from its
+    largest runs will bend further past them, whatever the other runs say."""
+    C = f.axes.get("C")
+    if C is None or C.size < f.n_params + 2:
+        return []
+    logC = np.log10(C)
+    top = np.flatnonzero(logC >= logC.max() - TOP_DECADES)
+    if top.size * 2 > C.size:  # most runs at the largest compute: no top to speak of
+        return []
+    mean = float(f.residuals[top].mean())  # log L_hat - log L
+    s = residual_scale(f, noise)
+    t = abs(mean) / (s / math.sqrt(top.size))
+    if t <= th.top_run_sigmas:
+        return []
+    above = math.exp(-mean) - 1
+    runs = "the largest-compute run" if top.size == 1 else f"the {top.size} largest-compute runs"
+    at = ", ".join(f"N={_g(f.axes['N'][i])}, D={_g(f.axes['D'][i])}" for i in top[:3]) if "N" in f.axes else ""
+    return [
+        Reason(
+            "residual_trend",
+            WIDE,
+            f"{runs} ({at}{', ...' if top.size > 3 else ''}, C={_g(float(C.max()))}) lie "
+            f"{100 * abs(above):.2g}% {'above' if above > 0 else 'below'} the law, {t:.1f} times the noise "
+            f"{_g(s)} (over the square root of {top.size}): the law bends away from the data where a prediction "
+            "past it starts",
+        )
+    ]
+
+
+TOP_DECADES = 0.05  # runs within this many decades of the largest compute are its top
 OFF_LAW_MAX = 3  # runs named when residuals break the law
 BREAKS_LAW = ("residual_size", "residual_trend")  # the reasons that name the runs furthest off the law
 
@@ -542,6 +580,44 @@ def extrapolation_reasons(decades: float, reach: float | None, th: Thresholds, w
     level = NOT_DETERMINED if decades > th.reach_nd * reach else WIDE
     tail = f" (not determined past {th.reach_nd:g} times that)" if level == NOT_DETERMINED else ""
     return [Reason("extrapolation", level, f"{past}; the interval was calibrated up to {reach:.2g} decades{tail}")]
+
+
+def coverage_reasons(decades: float, cal, th: Thresholds | None = None) -> list[Reason]:
+    """Whether the fit's own backtest covers at `decades` past the data: the calibration's refits below
+    cuts, each predicting the runs above with this calibration's interval (calibration.adaptive), by
+    distance. A target is trusted only where the band that holds its distance has at least
+    th.backtest_min_runs runs and holds at least th.backtest_coverage of them; under
+    th.backtest_coverage_nd of them it is not determined. Inside the data (d = 0) and for a
+    calibration without bands (HULL, or fit.json files from before them) there is nothing to add:
+    extrapolation_reasons speaks for the distance."""
+    th = th or Thresholds()
+    if decades <= 0 or not cal.bands:
+        return []
+    band = cal.band(decades)
+    at = f"{decades:.2g} decades past the data"
+    if band is None or band.n < th.backtest_min_runs:
+        seen = "no held-out run" if band is None else f"only {band.n} held-out run{'s' * (band.n != 1)}"
+        return [
+            Reason(
+                "backtest",
+                WIDE,
+                f"{at}, the fit's own backtest has {seen} to show that the interval covers there "
+                f"(needs {th.backtest_min_runs})",
+            )
+        ]
+    if band.coverage >= th.backtest_coverage:
+        return []
+    level = NOT_DETERMINED if band.coverage < th.backtest_coverage_nd else WIDE
+    span = f"{band.lo:g} to {band.hi:g}" if math.isfinite(band.hi) else f"over {band.lo:g}"
+    return [
+        Reason(
+            "backtest",
+            level,
+            f"the fit's own backtest under-covers at {at}: {band.inside} of {band.n} held-out runs "
+            f"{span} decades past their cut inside the interval ({100 * band.coverage:.0f}%, under "
+            f"{100 * th.backtest_coverage:.0f}%)",
+        )
+    ]
 
 
 def interval_reasons(what: str, est: Estimate, factor_wide: float, factor_nd: float) -> list[Reason]:

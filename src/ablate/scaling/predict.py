@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ablate.scaling.calibration import (
+    ADAPTIVE,
     CALIBRATION_BOOT,
     CUT_FRACTIONS,
     Calibration,
@@ -30,6 +31,7 @@ from ablate.scaling.checks import (
     Thresholds,
     allocation_reasons,
     approach3_facts,
+    coverage_reasons,
     extrapolation_reasons,
     interval_reasons,
     law_verdict,
@@ -84,15 +86,19 @@ class Predictor:
         }
 
     def loss_band(self, N, D, C=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """L(N, D) and its calibrated 95% interval (g,) each; C defaults to 6ND."""
+        """The predicted loss at (N, D) and its calibrated 95% interval, (g,) each; C defaults to 6ND.
+        The prediction is the law's L(N, D), moved by the drift past the data where the calibration
+        corrects it (calibration.ADAPTIVE)."""
         N, D = np.broadcast_arrays(np.atleast_1d(np.asarray(N, float)), np.atleast_1d(np.asarray(D, float)))
         C = FLOPS_PER_PARAM_TOKEN * N * D if C is None else np.broadcast_to(np.asarray(C, float), N.shape)
-        value = self.law.loss(N, D)
+        law = self.law.loss(N, D)
         samples = np.log(type(self.law).sample_loss(self.samples, N, D)) if len(self.samples) else None
         with np.errstate(over="ignore", invalid="ignore"):
-            lo, hi = (np.exp(v) for v in log_interval(np.log(value), samples, self.decades_past(C), self.calibration))
-        if self.floor is not None:
-            lo = np.maximum(lo, self.floor)
+            value, lo, hi = (
+                np.exp(v) for v in log_interval(np.log(law), samples, self.decades_past(C), self.calibration)
+            )
+        if self.floor is not None:  # the drift's correction, like the interval, stops at the floor
+            value, lo = np.maximum(value, self.floor), np.maximum(lo, self.floor)
         return value, lo, hi
 
 
@@ -110,6 +116,7 @@ class FitOptions:
     grid: np.ndarray | None = None  # starts in Hoffmann's layout; None: his 4,500
     thresholds: Thresholds = field(default_factory=Thresholds)
     cut_fractions: tuple[float, ...] = CUT_FRACTIONS
+    interval: str = ADAPTIVE  # calibration.ADAPTIVE (drift corrected, conformal width) or HULL (before)
 
 
 @dataclass(frozen=True)
@@ -153,9 +160,9 @@ def fit_predictor(points: Points, opts: FitOptions) -> Forecast:
                 form=opts.form,
             )
 
-        calibration = calibrate(points, refit, sigma, opts.cut_fractions, n_params, noise.interval_floor)
+        calibration = calibrate(points, refit, sigma, opts.cut_fractions, n_params, noise.interval_floor, opts.interval)
     else:
-        calibration = Calibration(sigma, None, None)
+        calibration = Calibration(sigma, None, None, method=opts.interval)
     samples = fit.bootstrap.usable() if fit.bootstrap is not None else np.empty((0, 5))
     predictor = Predictor(
         fit.law,
@@ -251,8 +258,10 @@ def _prediction(pred: Predictor, N: Estimate, D: Estimate, C: float, optimal: bo
     reach = pred.calibration.reach
     # the interval grows with compute past the data; a size or token count far past the data's (an
     # allocation unlike any fitted run's) is also beyond what the calibration saw
+    decades = float(pred.decades_past(C))
     own = Verdict.of(
-        extrapolation_reasons(float(pred.decades_past(C)), reach, th)
+        extrapolation_reasons(decades, reach, th)
+        + coverage_reasons(decades, pred.calibration)
         + extrapolation_reasons(_past_top(N.value, pred.data["N"]), reach, th, "size N")
         + extrapolation_reasons(_past_top(D.value, pred.data["D"]), reach, th, "tokens D")
         + interval_reasons("the loss", loss, th.interval_factor_wide, th.interval_factor_nd)
@@ -298,10 +307,12 @@ def allocation_verdict(pred: Predictor, C: float, N_opt: Estimate) -> Verdict:
     C lies, how wide N_opt's interval is, and whether D/N is plausible."""
     th = pred.thresholds
     per = C / FLOPS_PER_PARAM_TOKEN
+    decades = float(pred.decades_past(C))
     return Verdict.worst(
         from_law(pred.verdict),
         Verdict.of(
-            extrapolation_reasons(float(pred.decades_past(C)), pred.calibration.reach, th)
+            extrapolation_reasons(decades, pred.calibration.reach, th)
+            + coverage_reasons(decades, pred.calibration)
             + interval_reasons("N_opt", N_opt, th.n_opt_factor_wide, th.n_opt_factor_nd)
             + allocation_reasons(per / N_opt.value**2, th)
         ),

@@ -42,6 +42,7 @@ REASON_CODES = {
     "residual_size": "the residuals are large against the run-to-run noise",
     "residual_trend": "the residuals drift systematically with compute, size or tokens",
     "extrapolation": "the target lies further past the data than the interval was calibrated for",
+    "backtest": "the fit's own backtest (refits leaving the largest runs out) under-covers at the target's distance",
     "interval_width": "the 95% interval spans more than the stated factor",
     "allocation": "the compute-optimal tokens per parameter fall outside the plausible range",
     "law": "the law it comes from is not determined",

@@ -82,6 +82,78 @@ def make_prediction(prepared: Prepared, fit_path: Path, overrides: list[str], ou
     }
 
 
+# an outside target's names for N, D and C (`ablate predict target.N=.. target.D=..`), as predict() takes them
+OUTSIDE_TARGET = {"N": "N", "params": "N", "D": "D", "tokens": "D", "C": "C", "flops": "C"}
+OUTSIDE_MATCH = 0.01  # an outside outcome's params, tokens or FLOPs agree with the target's within this share
+
+
+def make_outside_prediction(fit_path: Path, target: dict[str, float], given: list[str], out: Path) -> dict:
+    """The prediction document for a target outside this project (no run config): `target` is predict()'s
+    N, D and C (N and D, C alone for its compute-optimal allocation, or C with N or D), `given` the
+    arguments that named it. The fit, the verdict and the interval are those a run config would get."""
+    fit = load_fit(str(fit_path))
+    p = predict.predict(fit.predictor, **target)
+    loss = p.loss
+    return {
+        "schema": SCHEMA,
+        "target": {
+            "params": p.N.value,
+            "params_counted": fit.params,
+            "params_total": None,
+            "params_non_embedding": None,
+            "tokens": p.D.value,
+            "flops": p.C,
+            "tokens_per_param": p.D.value / p.N.value,
+            "compute_optimal": p.compute_optimal,
+            "overrides": list(given),
+            "config_hash": None,  # outside this project: no run config to hash
+        },
+        "predicted": None if loss is None else loss.value,
+        "interval95": None if loss is None or loss.ci95 is None else list(loss.ci95),
+        "predicted_bpb": None,
+        "verdict": p.verdict.level,
+        "reasons": [r.text for r in p.verdict.reasons],
+        "decades_past_data": p.orders_past_data,
+        "fit": os.path.relpath(Path(fit_path).resolve(), Path(out).resolve().parent),
+        "fit_sha256": hashlib.sha256(Path(fit_path).read_bytes()).hexdigest(),
+        "commit": code_version()["git.commit"],
+        "data": None,
+        "bytes_per_token": None,
+        "made_at": now(),
+        **{k: None for k in OUTCOME_KEYS},
+    }
+
+
+def score_outside(path: Path, outcome: dict[str, float], source: str) -> dict:
+    """Record an outcome from outside this project (a loss reached elsewhere, and optionally the run's
+    params, tokens and FLOPs, checked against the target's within OUTSIDE_MATCH) beside the prediction
+    at `path`: `actual`, where it came from, when it was scored, and the score (inside, error, verdict)."""
+    doc = read_prediction(path)
+    loss = outcome.get("loss")
+    if loss is None or not (math.isfinite(loss) and loss > 0):
+        raise ConfigError(f"the outcome's loss is {loss} (valid: loss=L, a finite loss > 0 in nats per token)")
+    t = doc["target"]
+    for key in ("params", "tokens", "flops"):
+        if key in outcome and not math.isclose(outcome[key], t[key], rel_tol=OUTSIDE_MATCH):
+            raise ConfigError(
+                f"the outcome's {key}={outcome[key]:.6g} is not the predicted target's {t[key]:.6g} (valid: the "
+                f"target's own, within {OUTSIDE_MATCH:.0%}, or leave {key}= out)"
+            )
+    if doc.get("actual") is not None:
+        if doc.get("actual") == loss and doc.get("actual_source") == source:
+            return doc  # already scored: scoring it again changes nothing
+        raise ConfigError(f"{path} already holds an outcome, {doc['actual']:.6g} (valid: a new prediction)")
+    doc.update(actual=loss, actual_source=source, actual_scored_at=now())
+    doc["actual_score"] = score(doc)
+    write_json(path, doc)
+    return doc
+
+
+def score(doc: dict) -> dict:
+    """inside, error and half_width (outcome()) with the verdict the prediction was made with."""
+    return {**outcome(doc), "verdict": doc["verdict"]}
+
+
 def write_prediction(doc: dict, out: Path) -> Path:
     """Write a new prediction; one already made at `out` is refused, never replaced."""
     out = Path(out)
@@ -148,6 +220,7 @@ def record_outcome(path: Path, result: RunResult) -> dict:
         trained_at=iso(result.ended_at) if result.ended_at else now(),
         trained_from=iso(result.started_at) if result.started_at else None,
     )
+    doc["actual_score"] = score(doc)
     write_json(path, doc)
     return doc
 
@@ -198,7 +271,7 @@ def render(doc: dict) -> list[str]:
         f"| target | N ({t['params_counted']}) | tokens | FLOPs | predicted | 95% interval | verdict "
         "| actual | error | inside? | bits per byte (predicted / actual) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
-        f"| `{' '.join(t['overrides'])}` | {t['params']:,} | {t['tokens']:,} | {t['flops']:.3g} "
+        f"| `{' '.join(t['overrides'])}` | {t['params']:,.0f} | {t['tokens']:,.0f} | {t['flops']:.3g} "
         f"| {predicted} | {interval} | {doc['verdict']} | {actual} "
         f"| {error} | {verdict_of} | {bpb} |",
         "",
@@ -208,6 +281,8 @@ def render(doc: dict) -> list[str]:
 
 
 def _window(doc: dict) -> str:
+    if doc.get("actual_source"):  # an outcome from outside this project: when it trained is not known here
+        return f" outside this project; its outcome ({doc['actual_source']}) scored at {doc['actual_scored_at']}."
     if not doc.get("trained_at"):
         return ": not yet."
     start = doc.get("trained_from")

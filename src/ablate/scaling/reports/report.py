@@ -182,7 +182,8 @@ def _md_approach3(result: FitReport) -> list[str]:
             lines.append(
                 f"A prediction's 95% interval adds, in quadrature to the bootstrap's, one run's scatter "
                 f"(sd {g(cal.run_sigma)} in log loss) and the law's error, {g(cal.kappa)} per decade of compute past "
-                f"the data (calibrated up to {g(cal.reach)} decades by refitting below these cuts){_drift_words(cal)}:"
+                f"the data (calibrated up to {g(cal.reach)} decades by refitting below these cuts){_drift_words(cal)}"
+                f"{_correction_words(cal)}:"
             )
         else:
             lines.append("The law's error past the data could not be calibrated (no cut left a fit):")
@@ -191,6 +192,17 @@ def _md_approach3(result: FitReport) -> list[str]:
             ["C cut", "runs fitted", "runs predicted", "reach (decades)", "drift per decade", "note"],
             [[g(c.C_cut), str(c.n_fit), str(c.n_held), g(c.reach), g(c.drift), c.note or ""] for c in cal.cuts],
         )
+        if cal.bands:
+            lines += [
+                "",
+                "The cuts' own backtest, with this interval: a prediction is `trusted` only at a distance where it "
+                "holds at least 90% of at least 5 runs.",
+                "",
+            ]
+            lines += _table(
+                ["decades past the cut", "held-out runs", "inside the 95% interval"],
+                [[_span(b.lo, b.hi), str(b.n), f"{b.inside} ({100 * b.coverage:.0f}%)"] for b in cal.bands],
+            )
     return lines
 
 
@@ -456,9 +468,28 @@ def _summary_approach3(result: FitReport) -> list[str]:
     if cal.calibrated:
         lines.append(
             f"  95% intervals include the law's error: {g(cal.kappa)} per decade of compute past the data, "
-            f"calibrated up to {g(cal.reach)} decades{_drift_words(cal)}"
+            f"calibrated up to {g(cal.reach)} decades{_drift_words(cal)}{_correction_words(cal)}"
         )
     return lines
+
+
+def _correction_words(cal) -> str:
+    """How far the prediction itself moves toward the drift (calibration.adaptive), in words."""
+    if cal.method != "adaptive" or not cal.drift:
+        return ""
+    if not cal.corrects:
+        return (
+            "; the prediction stays the law's: the drift does not carry on from cut to cut, or is within its "
+            f"own error ({g(cal.drift_sd)})"
+        )
+    return (
+        f"; the prediction moves {100 * cal.drift_share:.0f}% of that way, {g(cal.drift_share * cal.drift)} per "
+        f"decade (the share the cuts show carries on, shrunk by the drift's standard error {g(cal.drift_sd)})"
+    )
+
+
+def _span(lo: float, hi: float) -> str:
+    return f"{lo:g} to {hi:g}" if math.isfinite(hi) else f"over {lo:g}"
 
 
 def _drift_words(cal) -> str:
