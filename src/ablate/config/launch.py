@@ -62,6 +62,11 @@ class SubmititSettings:
     python: str | None = None  # the interpreter compute nodes run; None: the one launching
     setup: list[str] = field(default_factory=list)  # shell lines before each job, e.g. module load cuda
     additional_parameters: dict[str, Any] = field(default_factory=dict)  # any other sbatch option
+    # A run over several processes that SLURM starts (one task per rank, joined with env://,
+    # run/distributed.py): nodes x tasks_per_node ranks. Both 1: one task per run, which starts its
+    # own DDP ranks on its node (hardware.gpus_per_node).
+    nodes: int = 1
+    tasks_per_node: int = 1
     poll_s: float = 5.0  # seconds between checks of the jobs' states
 
     def validate(self) -> None:
@@ -70,7 +75,7 @@ class SubmititSettings:
                 f"hydra.launcher.cluster={self.cluster} is not a submitit executor "
                 f"(valid: {', '.join(SUBMITIT_CLUSTERS)})"
             )
-        for key in ("timeout_min", "array_parallelism", "poll_s", "driver_timeout_min"):
+        for key in ("timeout_min", "array_parallelism", "poll_s", "driver_timeout_min", "nodes", "tasks_per_node"):
             _at_least(key, getattr(self, key), 1)
         for key in ("max_num_timeout", "signal_delay_s", "gpus_per_task"):
             _at_least(key, getattr(self, key), 0)
@@ -85,6 +90,11 @@ class SubmititSettings:
                 f"({self.timeout_min} min) (valid: < {self.timeout_min * 60})"
             )
 
+        if self.cluster == "local" and self.nodes > 1:
+            raise ConfigError(
+                f"hydra.launcher.nodes={self.nodes} with cluster=local: local processes run on this one "
+                "machine (valid: nodes=1, with tasks_per_node for several ranks)"
+            )
 
 def _at_least(key: str, value, minimum: int) -> None:
     if value is not None and value < minimum:

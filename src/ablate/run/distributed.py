@@ -13,10 +13,16 @@ failed, preempted), and a resumed run starts them again from the same checkpoint
 
 How many ranks: with CUDA, min(hardware.gpus_per_node, GPUs visible to the job), NCCL; on a CPU,
 hardware.gpus_per_node gloo processes (1 in the cpu preset; 2 tests DDP without a GPU).
+
+Past one machine the engine that launched the processes decides instead (`launched`): torchrun sets
+RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in each process, and a SLURM job of several tasks is
+read through submitit's TorchDistributedEnvironment. Every process then runs the same command and
+joins with env://; rank 0 is the run as before, the others follow it (ranks.py `launched_run`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,8 +55,75 @@ def set_current(rank: Rank) -> None:
     _CURRENT = rank
 
 
+@dataclass(frozen=True)
+class Launch:
+    """This process's place in a world that an engine launched (torchrun, or SLURM tasks)."""
+
+    engine: str  # torchrun | slurm
+    rank: int
+    world: int
+    local_rank: int  # the GPU of this process on its node
+
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launched() -> Launch | None:
+    """The world an engine launched this process into, or None (one process, or this project's own
+    spawn). torchrun: its environment variables. SLURM: a job step of more than one task (srun -n,
+    submitit's tasks_per_node / nodes), whose rank and world submitit's JobEnvironment reads."""
+    env = os.environ
+    if all(env.get(k) for k in TORCHRUN_VARS):
+        world = int(env["WORLD_SIZE"])
+        if world < 2:
+            return None
+        rank = int(env["RANK"])
+        return Launch("torchrun", rank, world, int(env.get("LOCAL_RANK", rank)))
+    slurm = int(env.get("SLURM_NTASKS", "1") or 1) > 1 and env.get("SLURM_PROCID") and env.get("SLURM_JOB_ID")
+    local = int(env.get("SUBMITIT_LOCAL_NTASKS", "1") or 1) > 1  # hydra/launcher=submitit_local's tasks
+    if slurm or local:
+        from submitit import JobEnvironment
+
+        job = JobEnvironment()
+        return Launch("slurm" if slurm else "submitit_local", job.global_rank, job.num_tasks, job.local_rank)
+    return None
+
+
+def join(launch: Launch, device: str) -> None:
+    """Join the launched world with env:// (rendezvous at MASTER_ADDR:MASTER_PORT). Under SLURM the
+    variables are first set from the job's tasks (submitit's TorchDistributedEnvironment: the first
+    node's host, a port drawn from the job id), never over ones already set."""
+    if launch.engine != "torchrun":
+        from submitit.helpers import TorchDistributedEnvironment
+
+        TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    if device == "cuda":
+        torch.cuda.set_device(launch.local_rank % max(1, torch.cuda.device_count()))
+    backend = "nccl" if device == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world)
+
+
+def joined() -> bool:
+    """Whether this process is in a process group now."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def lost_peer(exc: BaseException) -> bool:
+    """Whether `exc` is a collective that failed because another rank of the run ended (killed,
+    out of memory, its node lost): the run was stopped, not wrong, and resumes from its checkpoint."""
+    if isinstance(exc, dist.DistError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        marker in text for marker in ("Connection closed by peer", "Connection reset by peer", "gloo", "NCCL")
+    )
+
+
 def world_size(cfg: RunConfig, device: str) -> int:
-    """Training processes for this run on this machine."""
+    """Training processes for this run: the launched world, or this machine's own spawn."""
+    launch = launched()
+    if launch is not None:
+        return launch.world
     wanted = cfg.hardware.gpus_per_node
     if device == "cuda":
         return max(1, min(wanted, torch.cuda.device_count()))
@@ -65,8 +138,15 @@ def check(cfg: RunConfig, device: str) -> None:
     if world > 1 and cfg.train.batch_size % world:
         raise ConfigError(
             f"train.batch_size={cfg.train.batch_size} does not split across {world} DDP ranks "
-            f"(hardware.gpus_per_node={cfg.hardware.gpus_per_node}) (valid: a multiple of {world})"
+            f"({_world_source(cfg)}) (valid: a multiple of {world})"
         )
+
+
+def _world_source(cfg: RunConfig) -> str:
+    launch = launched()
+    if launch is None:
+        return f"hardware.gpus_per_node={cfg.hardware.gpus_per_node}"
+    return f"{launch.world} processes launched by {launch.engine}"
 
 
 # -- inside the training step ------------------------------------------------------------

@@ -1,6 +1,14 @@
-"""Rank 0 is the run; ranks 1..W-1 are helper processes that this module starts for the run's
-duration (distributed.py has the why). They train in lockstep and record nothing, and rank 0 ends
-them when the run ends for any reason (finished, failed, preempted)."""
+"""Rank 0 is the run; ranks 1..W-1 train in lockstep and record nothing (distributed.py has the why).
+
+Who starts the other ranks:
+- this module (`helpers`), on one machine: helper processes for the run's duration, which rank 0
+  ends when the run ends for any reason (finished, failed, preempted);
+- the engine that launched the command (torchrun, SLURM tasks; `launched_run`): every process runs
+  the same command and joins with env://. Rank 0 alone takes the lock, opens the MLflow run and
+  decides to train, resume or skip; it sends the others that decision (`helpers`, when it trains)
+  and how the run ended (a broadcast each), and they follow. A rank that dies ends the collective
+  the others wait in; rank 0 then ends the run KILLED, resumable, and the engine ends the rest.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ import os
 import signal
 import subprocess
 import tempfile
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,7 +27,8 @@ import torch.distributed as dist
 from ablate.child import spawn
 from ablate.config import RunConfig, as_dict, parse_run
 from ablate.run import checkpoint, distributed
-from ablate.run.prepare import prepare
+from ablate.run.prepare import Prepared, prepare
+from ablate.run.result import RunResult
 from ablate.run.trainer import Trainer
 from ablate.tracking import Tracker
 
@@ -31,6 +41,15 @@ def helpers(cfg: RunConfig, device: str, state_dir: Path, resume: bool):
 
     `resume`: whether rank 0 starts from the checkpoint in `state_dir`; helpers do the same.
     """
+    launch = distributed.launched()
+    if launch is not None:  # rank 0 of a launched world: the others wait for this decision
+        _send({"train": True, "resume": resume})
+        distributed.set_current(distributed.Rank(0, launch.world))
+        try:
+            yield distributed.current()
+        finally:
+            distributed.set_current(distributed.Rank())
+        return
     world = distributed.world_size(cfg, device)
     if world == 1:
         yield distributed.Rank()
@@ -116,3 +135,51 @@ class HelperTrainer(Trainer):
 
 def _helper_trainer(prepared, state_dir: Path) -> HelperTrainer:
     return HelperTrainer(prepared, Tracker(), state_dir, Path(os.devnull))
+
+
+# -- a world launched by torchrun or SLURM --------------------------------------------------
+def launched_run(launch: distributed.Launch, device: str, lead: Callable[[], RunResult], prepared) -> RunResult:
+    """One run in a launched world: rank 0 runs `lead` (train.run's own work) and then tells the
+    others how it ended; every other rank follows (`prepared`: a callable giving this run's Prepared).
+    A rank whose run raised sends nothing more: its process ends, which ends the others' collectives."""
+    distributed.join(launch, device)
+    try:
+        if launch.rank == 0:
+            result = lead()
+            _send({"train": False, "result": result.to_dict()})
+            return result
+        return _follow(launch, prepared())
+    finally:
+        dist.destroy_process_group()
+
+
+def _follow(launch: distributed.Launch, p: Prepared) -> RunResult:
+    """Rank > 0: train in lockstep when rank 0 trains, from the checkpoint it resumes from; its
+    result is rank 0's (the run's)."""
+    # Signals are rank 0's business (see run_helper); the engine ends this process after rank 0.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
+        signal.signal(signum, signal.SIG_IGN)
+    cfg = dataclasses.replace(p.cfg, train=dataclasses.replace(p.cfg.train, progress=False))
+    p = dataclasses.replace(p, cfg=cfg)
+    state_dir = Path(cfg.state_dir) / p.config_hash
+    told = _receive()
+    if not told["train"]:  # skipped or busy: nothing to train
+        return RunResult(**told["result"])
+    state = checkpoint.load(state_dir) if told["resume"] else None
+    distributed.set_current(distributed.Rank(launch.rank, launch.world))
+    try:
+        _helper_trainer(p, state_dir).train(state)
+    finally:
+        distributed.set_current(distributed.Rank())
+    return RunResult(**_receive()["result"])  # the run's result, as rank 0 recorded it
+
+
+def _send(message: dict) -> None:
+    """Rank 0's word to the other ranks of a launched world."""
+    dist.broadcast_object_list([message], src=0)
+
+
+def _receive() -> dict:
+    box: list = [None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -30,7 +30,7 @@ from ablate.faults import failpoint
 from ablate.files import WriteError, disk_refused
 from ablate.model import accounting
 from ablate.provenance import code_version, flatten
-from ablate.run import checkpoint, preemption, ranks
+from ablate.run import checkpoint, distributed, preemption, ranks
 from ablate.run.decision import BUSY, RUN, SKIP, decide
 from ablate.run.lock import Busy, RunLock, acquire_all, busy_with, owner_tag, store_claim
 from ablate.run.prepare import Prepared, prepare
@@ -74,6 +74,11 @@ def run(
     calls are made there), or None; `progress_file`: where a sweep's job reports its progress."""
     family = Member(kind, fork, forks)
     p = prepared or prepare(cfg)
+    launch = distributed.launched()
+    if launch is not None and not distributed.joined():  # torchrun or SLURM tasks: rank 0 is this run
+        again = dict(sweep_id=sweep_id, experiment_id=experiment_id, prepared=p, parent_run_id=parent_run_id)
+        again.update(on_eval=on_eval, kind=kind, fork=fork, forks=forks, agent=agent, progress_file=progress_file)
+        return ranks.launched_run(launch, p.hardware.device, lambda: run(cfg, out_dir, **again), lambda: p)
     state_dir = Path(p.cfg.state_dir) / p.config_hash
     lock = RunLock(state_dir)
     claim = store_claim(p.cfg.tracking.uri, p.config_hash) if p.cfg.tracking.backend != "none" else None
@@ -153,7 +158,7 @@ def _run(
     if state is None and family.fork is not None:  # a branch starts from its trunk's state at its fork
         state = checkpoint.load(family.fork.directory)
         forked = state is not None
-    guard, trainer = None, None
+    guard, trainer, closed = None, None, False
     try:
         tracker.start(
             run_name=cfg.tracking.run_name
@@ -188,10 +193,13 @@ def _run(
             preemption.uninstall()
     except BaseException as exc:  # whatever ended it, the MLflow run is closed with the reason
         full = disk_refused(exc)
-        status = "KILLED" if full or isinstance(exc, (KeyboardInterrupt, preemption.Requeued)) else "FAILED"
+        stopped = isinstance(exc, (KeyboardInterrupt, preemption.Requeued)) or distributed.lost_peer(exc)
+        status = "KILLED" if full or stopped else "FAILED"
         reason = f"{type(exc).__name__}: {exc}"
         if full:
             reason += "; the same command resumes it once the disk has room"
+        elif distributed.lost_peer(exc):
+            reason += "; another rank of the run ended: the same command resumes it"
         ended = (
             trainer.result(status.lower(), reason)
             if trainer
@@ -205,14 +213,17 @@ def _run(
             written = []
         if tracker.run_id or cfg.tracking.backend == "none":  # an MLflow run exists to close
             tracker.finish(status, reason, written)
+            closed = True
         raise
     else:
         reason = f"pruned: {result.reason}" if result.status == "pruned" else result.reason
         failpoint("run.ending")  # result.json and the last checkpoint written, the MLflow run still open
         tracker.finish(MLFLOW_STATUS[result.status], reason, trainer.artifacts)
+        closed = True
         return result
     finally:
-        if guard is not None:
+        # a close that a signal cut short (torchrun's SIGTERM once a rank died) is left to the watchdog
+        if guard is not None and closed:
             guard.done()
 
 

@@ -50,13 +50,20 @@ class Resources:
     threads: int  # torch threads in the job: its CPUs (split across DDP ranks by distributed.py)
 
 
+    nodes: int = 1
+    tasks_per_node: int = 1
 def resources(settings: SubmititSettings, hardware: dict) -> Resources:
     """GPUs: hardware.gpus_per_node when the hardware is a CUDA device (hardware=cuda, h100, ...),
     else none; CPUs: one per training process (one per GPU, or hardware.gpus_per_node gloo
-    processes on a CPU). hydra.launcher.gpus_per_task / cpus_per_task override both."""
+    processes on a CPU). hydra.launcher.gpus_per_task / cpus_per_task override both.
+    With nodes x tasks_per_node above one, each task is one rank: one GPU (CUDA) and one CPU."""
     device = hardware.get("device")
     per_node = int(hardware.get("gpus_per_node") or 1)
     gpus = settings.gpus_per_task if settings.gpus_per_task is not None else (per_node if device == "cuda" else 0)
+    if settings.nodes * settings.tasks_per_node > 1:
+        gpus = settings.gpus_per_task if settings.gpus_per_task is not None else (1 if device == "cuda" else 0)
+        cpus = settings.cpus_per_task or 1
+        return Resources(gpus, cpus, cpus, settings.nodes, settings.tasks_per_node)
     processes = max(1, gpus) if device == "cuda" else (per_node if device == "cpu" else 1)
     cpus = settings.cpus_per_task or processes
     return Resources(gpus_per_task=gpus, cpus_per_task=cpus, threads=cpus)
@@ -79,6 +86,8 @@ def executor_for(settings: SubmititSettings, res: Resources, folder: Path):
         "stderr_to_stdout": True,
     }
     if settings.mem_gb is not None:
+        "nodes": res.nodes,
+        "tasks_per_node": res.tasks_per_node,
         params["mem_gb"] = settings.mem_gb
     if cluster == "slurm":
         for key in ("partition", "account", "qos", "constraint"):
@@ -303,6 +312,8 @@ def _record(sweep_dir: Path, settings: SubmititSettings, res: Resources, submitt
                 "cpus_per_task": res.cpus_per_task,
                 "gpus_per_task": res.gpus_per_task,
                 "timeout_min": settings.timeout_min,
+        nodes=settings.nodes,
+        tasks_per_node=settings.tasks_per_node,
                 "partition": settings.partition,
             },
             "jobs": [
@@ -327,6 +338,8 @@ def _record(sweep_dir: Path, settings: SubmititSettings, res: Resources, submitt
 
 def _wait(jobs: list, poll_s: float) -> None:
     from tqdm import tqdm
+                "nodes": res.nodes,
+                "tasks_per_node": res.tasks_per_node,
 
     left = set(range(len(jobs)))
     with tqdm(total=len(jobs), desc="jobs done", unit="job", file=sys.stderr, dynamic_ncols=True) as bar:
@@ -368,7 +381,7 @@ def _outcome(s: Submitted) -> str | None:
     job = s.job
     if job.paths.result_pickle.exists():
         try:
-            job.result()
+            job.results()  # every task's (a job of several tasks is one run's ranks)
             return None
         except Exception as exc:
             last = [ln for ln in str(exc).splitlines() if ln.strip()]
