@@ -37,6 +37,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from ablate.host import die_with_parent, interrupting_signal
+from ablate.streams import steady_streams
 
 TARGET = re.compile(r"ablate(\.\w+)+:\w+")
 
@@ -101,6 +102,7 @@ def run(request: Request) -> int:
     """Run a request in this process; its exit status."""
     if request.parent_pid is not None:
         die_with_parent(request.parent_pid)
+    steady_streams()
     function = target_function(request.target)
     try:
         code = function(**request.args)

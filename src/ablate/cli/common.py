@@ -235,7 +235,13 @@ def _multirun(hydra, cfg, config_name: str, task: Callable):
             hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
             task_function=task,
         )
-        sweeper.sweep(arguments=OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False))
+        try:
+            sweeper.sweep(arguments=OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False))
+        except ConfigError as exc:  # refused by what it submits to (sbatch's reason): one line, parent FAILED
+            for callback in getattr(callbacks, "callbacks", []):
+                if hasattr(callback, "refused"):
+                    callback.refused(str(exc))
+            fail(str(exc))
         callbacks.on_multirun_end(config=cfg, config_name=config_name)
 
     try:

@@ -15,6 +15,7 @@ import signal
 import sys
 
 from ablate.host import interrupt_on
+from ablate.streams import steady_streams
 
 # name -> (module with main(), one line for `ablate --help`, how it takes its arguments: "argv", its
 # main takes them and returns an exit status; "hydra", its main takes them and runs a Hydra app)
@@ -111,6 +112,7 @@ def entry() -> None:
     command as Ctrl-C does, not at once: a run records itself KILLED with its checkpoint, a sweep
     stops its jobs and closes its parent run, and the exit status is 128 + the signal's number
     (the trainer takes SIGTERM over while it trains, to stop at a step boundary: run/preemption.py)."""
+    steady_streams()  # a closed stderr or a reader gone (`| head`) is quiet, not a traceback or a failed run
     interrupt_on(signal.SIGTERM, signal.SIGHUP)
     try:
         main()

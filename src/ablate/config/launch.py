@@ -7,6 +7,7 @@ say, before the sweep's first job is planned, so that a bad `hydra.launcher.*` l
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,12 +90,57 @@ class SubmititSettings:
                 f"hydra.launcher.signal_delay_s={self.signal_delay_s} is not shorter than the time limit "
                 f"({self.timeout_min} min) (valid: < {self.timeout_min * 60})"
             )
+        check_script_values(self)
 
         if self.cluster == "local" and self.nodes > 1:
             raise ConfigError(
                 f"hydra.launcher.nodes={self.nodes} with cluster=local: local processes run on this one "
                 "machine (valid: nodes=1, with tasks_per_node for several ranks)"
             )
+
+# A SLURM job name: written unquoted into the sbatch script's #SBATCH --job-name= line.
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+# Keys whose values are names on an #SBATCH line, where a space would end the value.
+SBATCH_NAMES = ("partition", "account", "qos")
+# Keys whose values are written into the sbatch script, each on its own line or in one.
+SCRIPT_KEYS = ("submitit_folder", "constraint", "python", *SBATCH_NAMES)
+
+
+def _one_line(key: str, value) -> None:
+    text = str(value)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise ConfigError(
+            f"hydra.launcher.{key}={text!r} holds a newline or control character, which would end its line of "
+            "the sbatch script and start another (valid: printable text on one line)"
+        )
+
+
+def check_script_values(settings: SubmititSettings) -> None:
+    """Every value submitit writes into the sbatch script stays on its own line: submitit writes
+    `#SBATCH --KEY=VALUE` unquoted, the setup lines as they are and `python` before the command, so a
+    newline in any of them would end the #SBATCH header early and put a command of its own in the
+    script. Job names keep to letters, digits and . _ + -; names on #SBATCH lines have no spaces."""
+    if not isinstance(settings.job_name, str) or not JOB_NAME.fullmatch(settings.job_name):
+        raise ConfigError(
+            f"hydra.launcher.job_name={settings.job_name!r} is not a job name sbatch takes safely "
+            "(valid: 1-128 letters, digits, '.', '_', '+' or '-', starting with a letter or digit)"
+        )
+    for key in SCRIPT_KEYS:
+        value = getattr(settings, key)
+        if value is not None:
+            _one_line(key, value)
+            if key in SBATCH_NAMES and any(c.isspace() for c in str(value)):
+                raise ConfigError(f"hydra.launcher.{key}={value!r} holds a space (valid: a name without spaces)")
+    for i, line in enumerate(settings.setup):
+        _one_line(f"setup[{i}]", line)
+    for name, value in settings.additional_parameters.items():
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", str(name)):
+            raise ConfigError(
+                f"hydra.launcher.additional_parameters has the key {str(name)!r} (valid: an sbatch option's "
+                "name: letters, digits, '_' and '-')"
+            )
+        _one_line(f"additional_parameters.{name}", value)
+
 
 def _at_least(key: str, value, minimum: int) -> None:
     if value is not None and value < minimum:

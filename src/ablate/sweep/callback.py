@@ -214,6 +214,17 @@ class SweepCallback(Callback):
         if self._progress is not None:
             self._progress.stop(final=False)
 
+    def refused(self, reason: str) -> None:
+        """The sweep stopped by an error said in one line (sbatch refused its jobs): its parent run
+        closed FAILED with that reason, not KILLED as an interruption at exit."""
+        if self._progress is not None:
+            self._progress.stop(final=False)
+        if self._open_parent:
+            self._call(close_parent_run, self._open_parent, "FAILED", reason)
+            self._open_parent = None
+        atexit.unregister(self._abandon)
+        self._close_pool()
+
     def _abandon(self) -> None:
         """At exit without on_multirun_end (Ctrl-C, an exception): no parent run left RUNNING."""
         if self._progress is not None:

@@ -23,6 +23,8 @@ the dead run stayed RUNNING in MLflow; a run that raised ended COMPLETED in sacc
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate.config import SubmititSettings
+from ablate.config import ConfigError, SubmititSettings
 from ablate.files import read_json_object, write_json
 from ablate.sweep.context import read_sweep_file
 from ablate.sweep.launch.feed import JobFeed
@@ -48,22 +50,22 @@ class Resources:
     gpus_per_task: int
     cpus_per_task: int
     threads: int  # torch threads in the job: its CPUs (split across DDP ranks by distributed.py)
-
-
     nodes: int = 1
     tasks_per_node: int = 1
+
+
 def resources(settings: SubmititSettings, hardware: dict) -> Resources:
     """GPUs: hardware.gpus_per_node when the hardware is a CUDA device (hardware=cuda, h100, ...),
     else none; CPUs: one per training process (one per GPU, or hardware.gpus_per_node gloo
     processes on a CPU). hydra.launcher.gpus_per_task / cpus_per_task override both.
     With nodes x tasks_per_node above one, each task is one rank: one GPU (CUDA) and one CPU."""
     device = hardware.get("device")
-    per_node = int(hardware.get("gpus_per_node") or 1)
-    gpus = settings.gpus_per_task if settings.gpus_per_task is not None else (per_node if device == "cuda" else 0)
     if settings.nodes * settings.tasks_per_node > 1:
         gpus = settings.gpus_per_task if settings.gpus_per_task is not None else (1 if device == "cuda" else 0)
         cpus = settings.cpus_per_task or 1
         return Resources(gpus, cpus, cpus, settings.nodes, settings.tasks_per_node)
+    per_node = int(hardware.get("gpus_per_node") or 1)
+    gpus = settings.gpus_per_task if settings.gpus_per_task is not None else (per_node if device == "cuda" else 0)
     processes = max(1, gpus) if device == "cuda" else (per_node if device == "cpu" else 1)
     cpus = settings.cpus_per_task or processes
     return Resources(gpus_per_task=gpus, cpus_per_task=cpus, threads=cpus)
@@ -84,10 +86,10 @@ def executor_for(settings: SubmititSettings, res: Resources, folder: Path):
         "timeout_min": settings.timeout_min,
         "cpus_per_task": res.cpus_per_task,
         "stderr_to_stdout": True,
-    }
-    if settings.mem_gb is not None:
         "nodes": res.nodes,
         "tasks_per_node": res.tasks_per_node,
+    }
+    if settings.mem_gb is not None:
         params["mem_gb"] = settings.mem_gb
     if cluster == "slurm":
         for key in ("partition", "account", "qos", "constraint"):
@@ -190,7 +192,7 @@ def launch(
     folder = _folder(settings, sweep_dir)
     executor = executor_for(settings, res, folder)
     runner = JobRunner(hydra_context, task_function, config, Singleton.get_state(), res.threads)
-    jobs = executor.map_array(runner, [list(ov) for ov in job_overrides], nums)
+    jobs = _submitting(settings, executor.map_array, runner, [list(ov) for ov in job_overrides], nums)
     submitted = [
         Submitted(n, list(ov), _run_dir(c), job)
         for n, ov, c, job in zip(nums, job_overrides, job_configs, jobs, strict=False)
@@ -261,11 +263,32 @@ def _submit_one(hydra_context, task_function, config, overrides, num: int, setti
     cfg = _job_config(hydra_context, config, overrides, num)
     res = resources(settings, OmegaConf.to_container(cfg.hardware, resolve=True))
     runner = JobRunner(hydra_context, task_function, config, Singleton.get_state(), res.threads)
-    job = executor_for(settings, res, folder).submit(runner, list(overrides), num)
+    job = _submitting(settings, executor_for(settings, res, folder).submit, runner, list(overrides), num)
     s = Submitted(num, list(overrides), _run_dir(cfg), job)
     _record(Path(str(config.hydra.sweep.dir)), settings, res, [s])
     print(f"submitted job {num} to {settings.cluster} as {job.job_id}", file=sys.stderr)
     return s, cfg
+
+
+def _submitting(settings: SubmititSettings, submit, *args):
+    """submit(*args) (submitit's submit or map_array, which run sbatch); sbatch refusing it (an
+    unknown partition or account, a limit) is one line naming sbatch's own reason, not submitit's
+    FailedJobError with sbatch's lines printed before it."""
+    from submitit.core.utils import FailedJobError
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):  # submitit prints sbatch's stderr before raising
+            submitted = submit(*args)
+    except FailedJobError as exc:
+        lines = [ln.strip() for ln in (str(exc) or said.getvalue()).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "error" in ln.lower()] or lines or ["no reason given"]
+        raise ConfigError(
+            f"hydra.launcher: {settings.cluster} refused the submission: {errors[-1]} "
+            "(valid: a partition, account, qos and limits the cluster accepts; see sinfo and sacctmgr)"
+        ) from None
+    sys.stderr.write(said.getvalue())
+    return submitted
 
 
 def _job_config(hydra_context, config, overrides, num: int):
@@ -289,6 +312,8 @@ def _max_resources(settings: SubmititSettings, hardware: list[dict]) -> Resource
         gpus_per_task=max(r.gpus_per_task for r in each),
         cpus_per_task=max(r.cpus_per_task for r in each),
         threads=max(r.threads for r in each),
+        nodes=settings.nodes,
+        tasks_per_node=settings.tasks_per_node,
     )
 
 
@@ -312,9 +337,9 @@ def _record(sweep_dir: Path, settings: SubmititSettings, res: Resources, submitt
                 "cpus_per_task": res.cpus_per_task,
                 "gpus_per_task": res.gpus_per_task,
                 "timeout_min": settings.timeout_min,
-        nodes=settings.nodes,
-        tasks_per_node=settings.tasks_per_node,
                 "partition": settings.partition,
+                "nodes": res.nodes,
+                "tasks_per_node": res.tasks_per_node,
             },
             "jobs": [
                 {
@@ -338,8 +363,6 @@ def _record(sweep_dir: Path, settings: SubmititSettings, res: Resources, submitt
 
 def _wait(jobs: list, poll_s: float) -> None:
     from tqdm import tqdm
-                "nodes": res.nodes,
-                "tasks_per_node": res.tasks_per_node,
 
     left = set(range(len(jobs)))
     with tqdm(total=len(jobs), desc="jobs done", unit="job", file=sys.stderr, dynamic_ncols=True) as bar:
