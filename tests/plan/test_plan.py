@@ -417,11 +417,13 @@ def test_a_fit_that_is_not_a_fit_is_refused(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-def record_run(client, experiment, hardware, precision, mfu, status="FINISHED"):
+def record_run(client, experiment, hardware, precision, mfu, status="FINISHED", synchronized=True):
     run = client.create_run(experiment)
     for key, value in (("hardware.name", hardware), ("precision.name", precision), ("derived.device", "cuda")):
         client.log_param(run.info.run_id, key, value)
     client.log_metric(run.info.run_id, "final/mfu", mfu, timestamp=int(time.time() * 1000), step=0)
+    if synchronized:  # timed between synchronizations (perf/clock.py), which records the warm-up
+        client.log_metric(run.info.run_id, "final/warmup_steps", 1, timestamp=int(time.time() * 1000), step=0)
     client.set_terminated(run.info.run_id, status=status)
     return run.info.run_id
 
@@ -442,9 +444,11 @@ def test_mfu_is_the_median_of_finished_runs_on_the_same_hardware_and_precision(t
     record_run(client, two, "h200", "bf16_pure", 1.2763)  # an older ablate's impossible MFU: not a measurement
     record_run(client, one, "h200", "bf16", 0.10)
     record_run(client, one, "h100", "bf16_pure", 0.20)
+    record_run(client, one, "h200", "bf16_pure", 0.038, synchronized=False)  # host time per step: not a measurement
     cfg = inputs(tracking_uri=uri).plan
     choice = plan_mfu.choose_mfu(cfg, "h200", "cuda", "bf16_pure")
     assert choice.source == "measured" and choice.value == pytest.approx(0.38)
+    assert "1 older run(s) on an asynchronous device, timed without synchronization, left out" in choice.detail
     assert sorted(choice.run_ids) == sorted(ids)
     override = plan_mfu.choose_mfu(inputs(tracking_uri=uri, mfu=0.5).plan, "h200", "cuda", "bf16_pure")
     assert (override.value, override.source) == (0.5, "override")

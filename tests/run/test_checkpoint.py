@@ -244,3 +244,31 @@ def test_telling_a_watchdog_that_is_gone_is_not_an_error(tmp_path):
     guard.proc.kill()
     guard.proc.wait()
     guard.done()  # the pipe's reader is gone: nothing to tell, and no BrokenPipeError
+
+
+# -- off the step path ---------------------------------------------------------------------------
+
+
+def test_a_background_save_writes_the_state_as_it_was_when_saved(tmp_path):
+    weights = torch.arange(6.0)
+    saver = checkpoint.BackgroundSaver()
+    saver.save({**STATE, "step": 7, "model": {"w": weights}}, tmp_path)
+    weights.add_(100.0)  # training goes on updating its tensors in place
+    saver.wait()
+    saved = checkpoint.load(tmp_path)
+    assert saved["step"] == 7 and torch.equal(saved["model"]["w"], torch.arange(6.0))
+    assert checkpoint.meta(tmp_path).step == 7
+
+
+def test_a_failed_background_write_is_raised_at_the_next_save(tmp_path, monkeypatch):
+    saver = checkpoint.BackgroundSaver()
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "write_bytes", full)
+    saver.save({**STATE, "step": 1}, tmp_path)
+    with pytest.raises(OSError, match="No space left"):
+        saver.save({**STATE, "step": 2}, tmp_path)
+    saver.wait()  # raised once: the saver is usable again
+    assert checkpoint.load(tmp_path) is None

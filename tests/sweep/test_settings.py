@@ -65,8 +65,8 @@ def test_each_launcher_is_composed_against_its_schema_from_hydras_config_store(l
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["hydra/launcher=paralel"], "hydra/launcher=paralel is not a known option (valid: basic, parallel"),
-        (["hydra/launcher=parallel", "hydra.launcher.wokers=2"], "unknown key hydra.launcher.wokers (valid: stop"),
+        (["hydra/launcher=paralel"], "hydra/launcher=paralel is not a known option (valid: ablate_parallel, ablate_sequential"),
+        (["hydra/launcher=parallel", "hydra.launcher.wokers=2"], "unknown key hydra.launcher.wokers (valid: gpus,"),
         (["hydra/launcher=parallel", "hydra.launcher.workers=two"], "hydra.launcher.workers=two is not a whole number"),
         (["hydra/launcher=slurm", "hydra.launcher.timeout_min=1.5"], "hydra.launcher.timeout_min=1.5 is not a whole"),
         (["hydra/launcher=slurm", "hydra.launcher.poll_s=soon"], "hydra.launcher.poll_s=soon is not a number"),

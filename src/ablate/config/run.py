@@ -302,7 +302,8 @@ class HardwareConfig:
     memory_bandwidth_gbs: float | None = None
     price_per_hour: float | None = None
     gpus_per_node: int = 1
-    # Runs at once on one machine under the parallel launcher; None means from the core count.
+    # Runs at once on one machine under the parallel launcher; None: one per GPU slot where the runs
+    # have GPUs (hydra.launcher.gpus, gpus_per_job), else one per core.
     workers: int | None = None
     cuda_capability: float | None = None
 

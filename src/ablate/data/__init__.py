@@ -1,6 +1,7 @@
 """Where a run's tokens come from.
 
 sources.py    load_data (synthetic, text, tokens) -> TokenData; get_batch, a pure function of seed and step
+batches.py    TrainBatches: the next step's batch drawn and copied (pinned, non-blocking) ahead of its step
 synthetic.py  SyntheticLanguage: a Zipf-Markov language whose entropy rate (the loss floor) is exact
 cache.py      cached: generated tokens kept on disk, keyed by config and generator code
 corpus.py     your files as one byte stream, and where its validation split starts
@@ -14,6 +15,7 @@ __all__, __getattr__, __dir__ = lazy_api(
     __name__,
     {
         "sources": ("TokenData", "check_fits", "get_batch", "get_val_batch", "load_data"),
+        "batches": ("TrainBatches",),
         "corpus": ("read_corpus",),
         "codec": ("Codec", "bpe", "codec_for"),
     },

@@ -1,6 +1,7 @@
 """How fast and how big: hardware figures, memory, the decode bound, the roofline, profiling.
 
 hardware.py   resolve a HardwareConfig to this machine's device and peaks (Hardware), measured CPU peak
+clock.py      DeviceClock, Timing: training time from synchronization points, the warm-up apart
 peak.py       the CPU's per-core peak FLOP/s, measured so that a busy machine cannot fool it
 support.py    unsupported_reason: whether a device can run a precision policy (torch-free; one rule)
 memory.py     bytes per GPU: weights, gradients, optimizer states, activations (torch-free)
@@ -23,6 +24,7 @@ __all__, __getattr__, __dir__ = lazy_api(
             "resolve",
             "unsupported_reason",
         ),
+        "clock": ("DeviceClock", "IntervalTimer", "Timing"),
         "memory": ("gpu_memory",),
         "roofline": ("measured_cpu_bandwidth",),
         "capture": ("RunCapture",),

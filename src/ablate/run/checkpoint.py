@@ -10,6 +10,11 @@ out unreadable (truncated by hand, a disk that lied, a file from another config)
 the one before.
 A checkpoint that does not load or does not match its run is never deleted: `load_good` moves it to
 STATE/<hash>/quarantine/ and names it in one line.
+
+Off the step path: BackgroundSaver copies the state to host memory (the only part training waits
+for: a device-to-host copy on a GPU, a memcpy on a CPU) and a thread serializes and writes it, while
+the next steps run. One write at a time; a failed write (a full disk) is raised at the next save
+or wait, so the run ends as a synchronous write would have ended it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import io
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +66,49 @@ def save(state: dict, directory: Path) -> Path:
     )
     write_json(directory / META, _meta_doc(state))
     return path
+
+
+def host_copy(state):
+    """The state with every tensor copied to host memory (a copy even on a CPU: training goes on
+    updating the originals in place)."""
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu", copy=True)
+    if isinstance(state, dict):
+        return {k: host_copy(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(host_copy(v) for v in state)
+    return state
+
+
+class BackgroundSaver:
+    """`save(state, directory)` returns once the state is copied to host memory; a thread writes it."""
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def save(self, state: dict, directory: Path) -> None:
+        self.wait()  # the previous write is complete (or its failure raised) before the next begins
+        snapshot = host_copy(state)
+        self.thread = threading.Thread(target=self._write, args=(snapshot, directory), name="ablate-checkpoint")
+        self.thread.start()
+
+    def _write(self, snapshot: dict, directory: Path) -> None:
+        try:
+            save(snapshot, directory)
+        except BaseException as exc:  # handed to the training thread at its next save or wait
+            self.error = exc
+
+    def wait(self) -> None:
+        """Until the write in flight is on disk; raises its failure."""
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
 
 
 def load(directory: Path) -> dict | None:

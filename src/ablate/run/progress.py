@@ -50,15 +50,23 @@ class RunProgress:
         self.plain = enabled and (self.bar is None or self.bar.disable)
         self.began = self.plain_at = time.monotonic()
 
-    def update(self, step: int, loss: float, tokens_per_s: float) -> None:
+    def update(
+        self, step: int, loss: float, tokens_per_s: float, mfu: float | None = None, warmup: bool = False
+    ) -> None:
+        """`tokens_per_s`, `mfu`: the last log interval's, timed to a synchronization (perf/clock.py);
+        `warmup`: that interval compiled (or was a launch's first step), so it is not the steady pace."""
         if self.bar is not None:
             self.bar.update(step - self.last)
-            self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
+            speed = "warm-up" if warmup else f"{tokens_per_s:,.0f}"
+            postfix = {"loss": f"{loss:.3f}", "tok_s": speed}
+            if mfu is not None and not warmup:
+                postfix["mfu"] = f"{mfu:.1%}"
+            self.bar.set_postfix(postfix, refresh=False)
         self.last = step
         if self.plain and time.monotonic() - self.plain_at >= PLAIN_EVERY_S:
             self.plain_at = time.monotonic()
             elapsed = self.plain_at - self.began
-            log.info(plain_line(self.label, step, self.start, self.total, loss, tokens_per_s, elapsed))
+            log.info(plain_line(self.label, step, self.start, self.total, loss, tokens_per_s, elapsed, mfu, warmup))
         if self.status_file is not None and time.monotonic() - self.status_at >= STATUS_EVERY_S:
             self.status_at = time.monotonic()
             _write_status(
@@ -70,6 +78,8 @@ class RunProgress:
                     "total": self.total,
                     "loss": loss,
                     "tokens_per_s": tokens_per_s,
+                    "mfu": mfu,
+                    "warmup": warmup,
                 },
             )
 
@@ -82,15 +92,26 @@ class RunProgress:
             self.status_file = None
 
 
-def plain_line(label: str, step: int, start: int, total: int, loss: float, tokens_per_s: float, elapsed: float) -> str:
-    """One progress line: step of total, loss, speed, and the time left at this launch's pace."""
+def plain_line(
+    label: str,
+    step: int,
+    start: int,
+    total: int,
+    loss: float,
+    tokens_per_s: float,
+    elapsed: float,
+    mfu: float | None = None,
+    warmup: bool = False,
+) -> str:
+    """One progress line: step of total, loss, speed (MFU; or that it is still warming up), and the
+    time left at this launch's pace."""
     done = step - start
     left = (total - step) * elapsed / done if done > 0 else None
     eta = "" if left is None else f", about {_minutes(left)} left"
-    return (
-        f"{label}: step {step:,}/{total:,} ({step / max(total, 1):.0%}), loss {loss:.3f}, "
-        f"{tokens_per_s:,.0f} tokens/s{eta}"
-    )
+    speed = f"{tokens_per_s:,.0f} tokens/s" + (f" (MFU {mfu:.1%})" if mfu is not None else "")
+    if warmup:
+        speed = "warming up"
+    return f"{label}: step {step:,}/{total:,} ({step / max(total, 1):.0%}), loss {loss:.3f}, {speed}{eta}"
 
 
 def _minutes(seconds: float) -> str:

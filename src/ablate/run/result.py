@@ -68,6 +68,14 @@ class RunResult:
     flops_source: str | None = None
     # On CUDA, torch.cuda.max_memory_allocated over the run's steps: the measurement memory_bytes models.
     measured_peak_bytes: int | None = None
+    # How the speed was timed (perf/clock.py): tokens_per_s and mfu are over the steps after the
+    # warm-up, timed between the synchronizations that reading the loss forces; the warm-up is each
+    # launch's first step and the intervals that compiled after it. compile_s: the warm-up's seconds
+    # beyond its steps at the steady pace (None when the run does not compile). checkpoint_s: the
+    # seconds checkpoints held the step path.
+    warmup_steps: int | None = None
+    compile_s: float | None = None
+    checkpoint_s: float | None = None
 
     @classmethod
     def from_trainer(cls, t, status: str, reason: str) -> RunResult:
@@ -77,6 +85,9 @@ class RunResult:
         threads = torch.get_num_threads()
         wall_s = time.perf_counter() - t.wall_start
         ended_at = time.time()
+        timing = t.timing
+        step_s = timing.steady_step_s()
+        speed = t.tokens_per_step / step_s if step_s else None  # steady; over every step without a steady one
         return cls(
             status=status,
             reason=reason,
@@ -94,12 +105,15 @@ class RunResult:
             final_train_loss=_finite(t.last_train_loss),
             final_val_loss=_finite(t.last_val_loss),
             entropy_floor=t.p.data.entropy_floor,
-            tokens_per_s=t.tokens / t.train_time if t.train_time > 0 else None,
-            mfu=t.mfu(t.tokens / t.train_time) if t.train_time > 0 else None,
+            tokens_per_s=speed,
+            mfu=t.mfu(speed) if speed else None,
             wall_s=wall_s,
-            train_s=t.train_time,
+            train_s=timing.train_s,
             mlflow_run_id=t.tracker.run_id,
-            train_cpu_s=t.train_cpu,
+            train_cpu_s=timing.cpu_s,
+            warmup_steps=timing.warmup_steps if timing.steady_steps else 0,
+            compile_s=timing.compile_s() if cfg.train.compile else None,
+            checkpoint_s=timing.checkpoint_s,
             kind=t.kind,
             fork_step=t.fork_step,
             memory_bytes=step_memory(cfg, t.device),
@@ -107,7 +121,7 @@ class RunResult:
             final_val_bpb=bits_per_byte(_finite(t.last_val_loss), t.p.data.bytes_per_token),
             data={"kind": cfg.data.kind, **t.p.data.provenance()},
             torch_threads=threads,
-            core_share=core_share(t.train_cpu, t.train_time, threads),
+            core_share=core_share(timing.cpu_s, timing.train_s, threads),
             gpu=gpu_id(t.device),
             started_at=ended_at - wall_s,
             ended_at=ended_at,

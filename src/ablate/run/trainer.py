@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from ablate.data import get_batch, get_val_batch
+from ablate.data import TrainBatches, get_val_batch
 from ablate.model import GPT, accounting, apply_precision, build_optimizer, lr_at, weight_shapes
-from ablate.perf import RunCapture, profiling
+from ablate.perf import DeviceClock, IntervalTimer, RunCapture, Timing, profiling
 from ablate.run import checkpoint, distributed, preemption
 from ablate.run.prepare import Prepared
 from ablate.run.progress import RunProgress
@@ -68,6 +68,7 @@ class Trainer:
         on_eval=None,
         forks=None,
         progress_file: Path | None = None,
+        clock: DeviceClock | None = None,
     ):
         self.p, self.cfg, self.tracker = p, p.cfg, tracker
         self.on_eval = on_eval
@@ -83,8 +84,11 @@ class Trainer:
         self.flops_per_token = accounting.flops_per_token(self.cfg.model)
         self.peak = p.hardware.peak_for(self.cfg.precision)
         self.step = 0
-        self.train_time = 0.0
-        self.train_cpu = 0.0  # process CPU seconds in training steps: on a shared machine, the cost
+        # `clock`: where time is read and the device waited for (perf/clock.py); a test's may be a
+        # device that defers its work. `timing`: the run's training time, warm-up apart.
+        self.clock = clock or DeviceClock(self.device)
+        self.timing = Timing()
+        self.saver = checkpoint.BackgroundSaver()  # mid-run checkpoints, written while training goes on
         self.wall_start = time.perf_counter()
         self.last_train_loss = float("nan")
         self.last_val_loss = float("nan")
@@ -111,8 +115,7 @@ class Trainer:
                 self.runtime.scaler.load_state_dict(state["scaler"])
             torch.set_rng_state(state["rng"])
             self.step = int(state["step"])
-            self.train_time = float(state["train_time"])
-            self.train_cpu = float(state.get("train_cpu_s", 0.0))
+            self.timing = Timing.from_state(state.get("timing")) if "timing" in state else _untimed(state)
             self.last_val_loss = float(state.get("last_val_loss", float("nan")))
             self.resumed_loss_sum = float(state.get("loss_sum", 0.0))
             self.resumed_loss_n = int(state.get("loss_n", 0))
@@ -121,6 +124,15 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats()  # result.measured_peak: this run's steps only
         wrapped = distributed.wrap(model)  # DDP when this run has several ranks
         self.forward = torch.compile(wrapped) if self.cfg.train.compile else wrapped
+        c = self.cfg
+        self.batches = TrainBatches(
+            self.p.data.train,
+            c.train.sequences_per_step,
+            c.model.block_size,
+            c.train.seed,
+            self.device,
+            distributed.local_rows,
+        )
 
     # -- loop ---------------------------------------------------------------------------
     def train(self, state: dict | None) -> RunResult:
@@ -134,14 +146,12 @@ class Trainer:
         # that starts mid-interval logs the same mean as an uninterrupted run.
         loss_sum = torch.tensor(self.resumed_loss_sum, device=self.device)
         loss_n = self.resumed_loss_n
-        interval_time = self.train_time
+        timer = IntervalTimer(self.clock, self.timing, compiled=cfg.compile)
+        timer.begin()
         try:
             while self.step < total:
-                t0, c0 = time.perf_counter(), time.process_time()
-                with profiling.around(self.capture, self.step):
+                with timer.step(), profiling.around(self.capture, self.step):
                     loss = self._train_step()
-                self.train_time += time.perf_counter() - t0
-                self.train_cpu += time.process_time() - c0
                 self.step += 1
                 loss_sum += loss
                 loss_n += 1
@@ -154,20 +164,26 @@ class Trainer:
                     fork(self)
                 is_eval = self.step % cfg.eval_interval == 0 or self.step == total
                 if self.step % cfg.log_interval == 0 or is_eval:
-                    self.last_train_loss = distributed.mean(loss_sum / loss_n).item()  # over ranks
+                    # reading the loss waits for the device: the interval is timed to this point
+                    self.last_train_loss = self.clock.read(distributed.mean(loss_sum / loss_n))  # over ranks
+                    step_s = timer.close()
                     loss_sum.zero_()
                     loss_n = 0
                     self.loss_n = 0
                     if not math.isfinite(self.last_train_loss):
                         raise Diverged(f"loss became {self.last_train_loss} at step {self.step}")
-                    steps_done = self.train_time - interval_time
-                    interval_time = self.train_time
-                    self._record(is_eval, steps_done)
-                    progress.update(self.step, self.last_train_loss, self.tokens_per_s)
+                    if step_s:
+                        self.tokens_per_s = self.tokens_per_step / step_s
+                    timer.pause()  # evaluation and logging are not training time
+                    self._record(is_eval, timer.warming)
+                    progress.update(
+                        self.step, self.last_train_loss, self.tokens_per_s, self.interval_mfu, timer.warming
+                    )
+                    timer.resume()
                 if fork is not None and regular:
                     fork(self)
                 if self.step % cfg.checkpoint_interval == 0 and self.step < total:
-                    self._checkpoint()
+                    self._checkpoint()  # on the step path: its time is in the interval, and counted
                 if preemption.pending() and self.step < total:  # checkpoint, then requeue or go on
                     preemption.handle(self._save_for_signal, self.out_dir)
                 # not at the last step: _finish records final/* at that same step, and a
@@ -181,8 +197,12 @@ class Trainer:
         except StopRun as exc:
             progress.close()
             return self._finish(exc.status, exc.reason)
+        except BaseException:
+            self._settle_write()  # what ends the run is this exception, not the write's
+            raise
         finally:
             progress.close()
+        timer.pause()  # the final checkpoint is after the last interval
         self._checkpoint()
         return self._finish("finished", "")
 
@@ -190,12 +210,8 @@ class Trainer:
         # profiling.phase names the parts of a step in a trace (forward, backward, ...)
         c, traced = self.cfg, self.capture is not None
         with profiling.phase("data", traced):
-            # The step's rows, the same as one batch of batch_size x grad_accum would draw.
-            x, y = get_batch(
-                self.p.data.train, c.train.sequences_per_step, c.model.block_size, c.train.seed, self.step, "train"
-            )
-            x, y = distributed.local_rows(x), distributed.local_rows(y)  # this rank's rows
-            x, y = x.to(self.device), y.to(self.device)
+            # The step's rows (this rank's), the same as one batch of batch_size x grad_accum would draw.
+            x, y = self.batches.take(self.step)
         lr = lr_at(self.step, self.p.total_steps, c.optim)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -209,6 +225,9 @@ class Trainer:
             with profiling.phase("backward", traced):
                 (scaler.scale(objective) if scaler is not None else objective).backward()
             loss += micro.detach() / c.train.grad_accum
+        if self.step + 1 < self.p.total_steps:  # drawn and copied while the device runs this step
+            with profiling.phase("data", traced):
+                self.batches.prefetch(self.step + 1)
         with profiling.phase("optimizer", traced):
             if scaler is not None:
                 scaler.unscale_(self.optimizer)
@@ -237,19 +256,22 @@ class Trainer:
         self.model.train()
         return sum(losses) / len(losses)
 
-    def _record(self, is_eval: bool, interval_time: float) -> None:
-        steps = self.cfg.train.log_interval if not is_eval else None
-        if interval_time > 0:
-            n = steps or (self.step % self.cfg.train.log_interval or self.cfg.train.log_interval)
-            self.tokens_per_s = n * self.tokens_per_step / interval_time
+    @property
+    def interval_mfu(self) -> float | None:
+        return self.mfu(self.tokens_per_s) if self.tokens_per_s > 0 else None
+
+    def _record(self, is_eval: bool, warmup: bool = False) -> None:
         metrics = {
             "train/loss": self.last_train_loss,
             "lr": self.lr,
             "tokens": self.tokens,
             "flops": self.flops,
-            "tokens_per_s": self.tokens_per_s,
-            "mfu": self.mfu(self.tokens_per_s),
         }
+        if self.tokens_per_s > 0:
+            # the last interval's rate; one that compiled is logged apart, as warm-up
+            prefix = "warmup/" if warmup else ""
+            metrics[prefix + "tokens_per_s"] = self.tokens_per_s
+            metrics[prefix + "mfu"] = self.interval_mfu
         if is_eval:
             self.last_val_loss = self.evaluate()
             metrics["val/loss"] = self.last_val_loss
@@ -264,11 +286,24 @@ class Trainer:
         MLflow run KILLED (resumable) until training goes on or finishes. Returns the step saved."""
         self.tracker.flush(force=True)
         self._checkpoint()
+        self.saver.wait()  # on disk before the job may be ended
         preemption.mark_killed(self.tracker)
         return self.step
 
     def _checkpoint(self) -> None:
-        checkpoint.save(self.state(), self.state_dir)
+        """The state saved, written in the background: the step path pays for its copy to host
+        memory (checkpoint.BackgroundSaver); the run's end waits for the write (_finish)."""
+        start = time.perf_counter()
+        self.saver.save(self.state(), self.state_dir)
+        self.timing.checkpoint_s += time.perf_counter() - start
+
+    def _settle_write(self) -> None:
+        """A run ending on an exception: the write in flight completes; its own failure, if any, is
+        not the run's (the exception already ending it is)."""
+        try:
+            self.saver.wait()
+        except Exception:
+            pass
 
     def state(self) -> dict:
         """Everything a resume needs: weights, optimizer moments, RNG, counters, unsent metrics."""
@@ -278,8 +313,9 @@ class Trainer:
             "scaler": self.runtime.scaler.state_dict() if self.runtime.scaler else {},
             "rng": torch.get_rng_state(),
             "step": self.step,
-            "train_time": self.train_time,
-            "train_cpu_s": self.train_cpu,
+            "train_time": self.timing.train_s,
+            "train_cpu_s": self.timing.cpu_s,
+            "timing": self.timing.to_state(),
             "last_val_loss": self.last_val_loss,
             "loss_sum": float(self.loss_sum) if self.loss_n else 0.0,
             "loss_n": self.loss_n,
@@ -318,6 +354,7 @@ class Trainer:
         return RunResult.from_trainer(self, status, reason)
 
     def _finish(self, status: str, reason: str) -> RunResult:
+        self.saver.wait()  # the last checkpoint is on disk before the run says how it ended
         result = self.result(status, reason)
         path = write_result(result, self.out_dir)
         self.tracker.record(
@@ -328,6 +365,9 @@ class Trainer:
                 "final/tokens_per_s": result.tokens_per_s,
                 "final/mfu": result.mfu,
                 "final/wall_s": result.wall_s,
+                "final/warmup_steps": result.warmup_steps,
+                "final/compile_s": result.compile_s,
+                "final/checkpoint_s": result.checkpoint_s,
                 "final/val_bpb": result.final_val_bpb,
             },
         )
@@ -336,6 +376,23 @@ class Trainer:
         self.artifacts = [path, *self._config_files(), *(self.capture.files if self.capture else [])]
         return result
 
+    @property
+    def train_time(self) -> float:
+        return self.timing.train_s
+
+    @property
+    def train_cpu(self) -> float:
+        return self.timing.cpu_s
+
     def _config_files(self) -> list[Path]:
         resolved = self.out_dir / ".hydra" / "config.yaml"
         return [resolved] if resolved.is_file() else []
+
+
+def _untimed(state: dict) -> Timing:
+    """A checkpoint written before timing was kept apart: its steps as steady ones, as they were reported."""
+    return Timing(
+        steady_steps=int(state["step"]),
+        steady_s=float(state["train_time"]),
+        cpu_s=float(state.get("train_cpu_s", 0.0)),
+    )

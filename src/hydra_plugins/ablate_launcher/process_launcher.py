@@ -18,15 +18,29 @@ import hydra_plugins.ablate_launcher.config  # noqa: F401  registers hydra/launc
 
 
 class ProcessLauncher(Launcher):
-    """Each job in its own process on this machine, `workers` at a time, `threads_per_job` threads each."""
+    """Each job in its own process on this machine, `workers` at a time, `threads_per_job` threads each,
+    `gpus_per_job` of `gpus` each (sweep/launch/gpus.py)."""
 
-    def __init__(self, workers: int | None = None, threads_per_job: int | None = None, stop_timeout_s: float = 60.0):
+    def __init__(
+        self,
+        workers: int | None = None,
+        threads_per_job: int | None = None,
+        stop_timeout_s: float = 60.0,
+        gpus: list | None = None,
+        gpus_per_job: int = 1,
+    ):
         from ablate.cli import fail
         from ablate.config import ConfigError, parse_process_settings
 
         try:  # Hydra builds the launcher before the sweep's first job is planned: nothing exists yet
             self.settings = parse_process_settings(
-                {"workers": workers, "threads_per_job": threads_per_job, "stop_timeout_s": stop_timeout_s}
+                {
+                    "workers": workers,
+                    "threads_per_job": threads_per_job,
+                    "stop_timeout_s": stop_timeout_s,
+                    "gpus": gpus,
+                    "gpus_per_job": gpus_per_job,
+                }
             )
         except ConfigError as exc:
             fail(str(exc))

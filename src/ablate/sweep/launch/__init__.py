@@ -1,6 +1,7 @@
 """How a sweep's jobs get run (Hydra launcher plugins in src/hydra_plugins delegate here).
 
 process.py  launch: jobs as local processes, `workers` at a time, threads split among them
+gpus.py     GpuSlots: the GPUs each slot owns (CUDA_VISIBLE_DEVICES per job), read without CUDA
 pool.py     Pool: the launcher's side of the warm worker (start it early, hand it jobs, hear them end)
 worker.py   the warm worker: imports once, forks one process per job
 feed.py     SlotLauncher: jobs decided as slots free (an Optuna study asks its next trial when one ends)

@@ -80,8 +80,11 @@ class Pool:
         for w in self.workers:
             w.send({"cmd": "spec", "pickle": base64.b64encode(payload).decode()})
 
-    def submit(self, num: int, overrides: list, threads: int, log: Path, result: Path, job_cfg=None) -> None:
-        """Run job `num` (`job_cfg`: its config as the sweep plan composed it; None: the job composes it)."""
+    def submit(
+        self, num: int, overrides: list, threads: int, log: Path, result: Path, job_cfg=None, env: dict | None = None
+    ) -> None:
+        """Run job `num` (`job_cfg`: its config as the sweep plan composed it; None: the job composes it;
+        `env`: variables its process gets before it runs, its GPUs)."""
         worker = self._worker(num)
         msg = {
             "cmd": "run",
@@ -90,6 +93,7 @@ class Pool:
             "threads": threads,
             "log": str(log),
             "result": str(result),
+            "env": env or {},
         }
         if job_cfg is not None:
             import cloudpickle

@@ -17,6 +17,9 @@ Ctrl-C (or any exception here) stops the running jobs with SIGTERM, which they t
 checkpoint at their next step boundary and a KILLED (resumable) MLflow run, then SweepInterrupted
 says in one line what was stopped; the same command resumes the sweep.
 
+On a GPU machine each slot owns its own GPU(s) (gpus.py): a job's process gets CUDA_VISIBLE_DEVICES
+before it touches CUDA, and at most one job per slot runs at once.
+
 Files, in SWEEP_DIR/.launcher/: per job `<num>.log` (its stdout and stderr) and
 `<num>.return.json` (Hydra's JobReturn, returns.py), and worker.log (the worker's own output).
 """
@@ -35,6 +38,7 @@ from ablate.files import WriteError, disk_refused, read_json, write_json
 from ablate.host import available_cores
 from ablate.sweep.context import read_sweep_file
 from ablate.sweep.launch.feed import JobFeed
+from ablate.sweep.launch.gpus import GpuSlots, gpu_slots
 from ablate.sweep.launch.job import run_all_here
 from ablate.sweep.launch.pool import Exited, Pool, wait_all
 from ablate.sweep.launch.returns import from_json
@@ -54,6 +58,11 @@ class SweepInterrupted(KeyboardInterrupt):
 class Resources:
     workers: int
     threads: int
+    gpus: GpuSlots | None = None  # None: the jobs use no GPU (or none is visible)
+
+    def describe(self) -> str:
+        held = f", {self.gpus.per_job} GPU(s) each of {','.join(self.gpus.gpus)}" if self.gpus else ""
+        return f"{self.workers} at a time, {self.threads} thread(s){held}"
 
 
 @dataclass
@@ -65,17 +74,28 @@ class Job:
     job_dir: str | None = None  # from the plan (BasicSweeper's sweeps)
     started: float = 0.0  # time.time() when it was handed to the worker
     composed: object = None  # its config as the plan composed it (None: the job composes it)
+    gpus: tuple[str, ...] | None = None  # the GPU slot it holds while it runs (gpus.py)
 
     def path(self, work: Path, suffix: str) -> Path:
         return work / f"{self.num}{suffix}"
 
 
-def resources(settings: ProcessSettings, n_jobs: int, cores: int) -> Resources:
-    """Workers (never more than jobs) and threads per job so that workers x threads <= cores; the
-    settings come checked from config.parse_process_settings."""
-    workers = max(1, min(settings.workers or cores, n_jobs))
+def resources(settings: ProcessSettings, n_jobs: int, cores: int, gpus: GpuSlots | None = None) -> Resources:
+    """Workers (never more than jobs, nor than GPU slots where the jobs have GPUs: one per slot by
+    default) and threads per job so that workers x threads <= cores; the settings come checked from
+    config.parse_process_settings."""
+    limit = gpus.slots if gpus is not None else None
+    workers = max(1, min(settings.workers or limit or cores, limit or n_jobs, n_jobs))
     threads = settings.threads_per_job or max(1, cores // workers)
-    return Resources(workers, threads)
+    return Resources(workers, threads, gpus)
+
+
+def launcher_gpus(settings: ProcessSettings, config) -> GpuSlots | None:
+    """The GPU slots of this launch (gpus.py), from hydra.launcher and the sweep's hardware.device."""
+    from omegaconf import OmegaConf
+
+    device = OmegaConf.select(config, "hardware.device", default="auto")
+    return gpu_slots(settings.gpus, settings.gpus_per_job, str(device))
 
 
 def launch(
@@ -109,8 +129,8 @@ def launch(
     # Longest first (LPT): with uneven runs the last worker to finish idles least.
     queue = sorted((j for j in jobs if not j.planned_skip), key=lambda j: -j.cost)
     skips = [j for j in jobs if j.planned_skip]
-    res = resources(settings, len(queue), available_cores())
-    log.info(f"Launching {len(jobs)} jobs, {res.workers} at a time, {res.threads} thread(s) each (logs in {work})")
+    res = resources(settings, len(queue), available_cores(), launcher_gpus(settings, config))
+    log.info(f"Launching {len(jobs)} jobs, {res.describe()} (logs in {work})")
     own = pool is None
     if own:
         pool = Pool(tracking_uri(config))
@@ -182,8 +202,8 @@ def launch_as_slots_free(
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     work = Path(str(config.hydra.sweep.dir)) / WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
-    res = resources(settings, slots, available_cores())
-    log.info(f"Launching jobs as slots free, {res.workers} at a time, {res.threads} thread(s) each (logs in {work})")
+    res = resources(settings, slots, available_cores(), launcher_gpus(settings, config))
+    log.info(f"Launching jobs as slots free, {res.describe()} (logs in {work})")
     pool.set_spec(spec(hydra_context, task_function, config))
     returns: list = []
     started: list[Job] = []
@@ -215,13 +235,16 @@ def keep_busy(next_job, ended, res: Resources, pool: Pool, work: Path, stop_time
         while True:
             job = next_job() if len(running) < res.workers else None
             while job is not None:
-                start(job, pool, work, res.threads)
+                job.gpus = res.gpus.take() if res.gpus is not None else None
+                start(job, pool, work, res.threads, res.gpus.environment(job.gpus) if job.gpus else None)
                 running[job.num] = job
                 job = next_job() if len(running) < res.workers else None
             if not running:
                 return
             for exited in pool.wait(POLL_S):
                 job = running.pop(exited.num)
+                if job.gpus is not None and res.gpus is not None:
+                    res.gpus.give_back(job.gpus)
                 ended(job, collect(job, work, exited))
     except BaseException as exc:  # Ctrl-C, or the launcher itself failing: no job is left behind
         if on_stop is not None:
@@ -279,14 +302,16 @@ def run_skips(skips: list[Job], pool: Pool, hydra_context, task_function, config
         configure_log(config.hydra.hydra_logging, config.hydra.verbose)
 
 
-def start(job: Job, pool: Pool, work: Path, threads: int) -> None:
+def start(job: Job, pool: Pool, work: Path, threads: int, env: dict | None = None) -> None:
+    """`env`: variables set in the job's process before it runs (its GPUs)."""
     from hydra.core.utils import filter_overrides
 
-    log.info(f"\t#{job.num} : {' '.join(filter_overrides(job.overrides))}")
+    where = f" (GPU {env['CUDA_VISIBLE_DEVICES']})" if env else ""
+    log.info(f"\t#{job.num} : {' '.join(filter_overrides(job.overrides))}{where}")
     job.path(work, RETURN_SUFFIX).unlink(missing_ok=True)
     job.started = time.time()
     log_path, result = job.path(work, ".log"), job.path(work, RETURN_SUFFIX)
-    pool.submit(job.num, job.overrides, threads, log_path, result, job.composed)
+    pool.submit(job.num, job.overrides, threads, log_path, result, job.composed, env)
 
 
 def collect(job: Job, work: Path, ended: Exited):

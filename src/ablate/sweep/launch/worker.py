@@ -13,6 +13,10 @@ pool starts at the first parallel op, which only ever runs in a job; OpenBLAS is
 jemalloc background thread (imported with MLflow), is fork-safe by design (jemalloc's own atfork
 handlers). tests/sweep/test_pool.py checks the worker's threads.
 
+CUDA is never initialized here: a CUDA context does not survive a fork, and each job's GPUs are set
+in its own process (CUDA_VISIBLE_DEVICES) before its first CUDA call. Nothing the worker runs itself
+touches CUDA (jobs and calls run in forked children), and `fork_safe` checks before every fork.
+
 Where fork is not available or not safe after these imports (macOS, Windows), the worker runs the
 one job it is given in its own process and exits (pool.py starts one per job).
 
@@ -24,9 +28,11 @@ Protocol: JSON lines on stdin (launcher -> worker) and on the inherited pipe tha
     {"cmd": "spec", "pickle": BASE64}    the launch spec (Hydra context, task function, config),
                                          cloudpickled by the launcher and sent through the pipe,
                                          never through a file another process could replace
-    {"cmd": "run", "num", "overrides", "threads", "log", "result", ["config": BASE64]}
+    {"cmd": "run", "num", "overrides", "threads", "log", "result", "env", ["config": BASE64]}
                                          config: the job's config as the sweep plan composed it
-                                         (cloudpickled); without it the job composes its own
+                                         (cloudpickled); without it the job composes its own;
+                                         env: variables set in the job's process before it runs
+                                         (CUDA_VISIBLE_DEVICES: its GPUs, sweep/launch/gpus.py)
     {"cmd": "signal", "num", "signal"}   a job's process is signalled (SIGTERM, SIGKILL)
     {"cmd": "call", "id", "pickle": BASE64}
                                          a function of the sweep (its plan, its MLflow parent run,
@@ -34,7 +40,7 @@ Protocol: JSON lines on stdin (launcher -> worker) and on the inherited pipe tha
                                          a process forked for it, so the launcher never imports torch
                                          or MLflow itself; its output goes to the launcher's stderr
     {"cmd": "exit"} or end of input      the jobs still running are sent SIGTERM; the worker exits
-    {"event": "ready", "pid", "threads": [names], "fork": bool}
+    {"event": "ready", "pid", "threads": [names], "fork": bool, "cuda_initialized": false}
     {"event": "started", "num", "pid"}
     {"event": "exited", "num", "pid", "code"}   code < 0: killed by signal -code
     {"event": "returned", "id", "pickle": BASE64}   a call's ("ok", value) or ("error", exception,
@@ -130,6 +136,18 @@ def _remember_schema_head() -> None:
     utils._get_latest_schema_revision = lambda: head
 
 
+def cuda_initialized() -> bool:
+    """Whether this process has initialized CUDA (torch's lazy init has run)."""
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+def fork_safe() -> None:
+    """Refuse to fork a job from a worker that holds a CUDA context (the child's CUDA would be broken)."""
+    if cuda_initialized():
+        raise RuntimeError("the sweep's warm worker has initialized CUDA, and a CUDA context does not survive fork")
+
+
 def thread_names(pid: int | str = "self") -> list[str]:
     """The names of a process's threads (Linux; [] elsewhere)."""
     tasks = Path(f"/proc/{pid}/task")
@@ -194,6 +212,7 @@ def serve(mlflow_uri: str | None, fork: bool) -> None:
             "fork": fork,
             "preloaded": loaded,
             "boot_s": time.perf_counter() - started,
+            "cuda_initialized": cuda_initialized(),
         }
     )
     commands = Lines(sys.stdin.fileno())
@@ -264,6 +283,7 @@ class _Call:
 
     @classmethod
     def fork(cls, msg: dict, stderr_fd: int, streams: list, fds: list[int]) -> _Call:
+        fork_safe()
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -332,6 +352,7 @@ def _unpickle(payload: bytes):
 
 
 def _fork_job(spec: dict, msg: dict, streams: list, fds: list[int]) -> int:
+    fork_safe()
     sys.stdout.flush()
     sys.stderr.flush()
     worker_pid = os.getpid()
@@ -361,6 +382,7 @@ def _job(spec: dict, msg: dict, started: float, parent_pid: int) -> None:
         die_with_parent(parent_pid)
         interrupt_on(signal.SIGTERM, signal.SIGINT)
         modules_before = set(sys.modules)
+        os.environ.update(msg.get("env") or {})  # its GPUs, before anything in it touches CUDA
         _set_threads(int(msg["threads"]))
         ret = run_one(spec, msg["num"], msg["overrides"], msg.get("config"))
         imported = sorted(set(sys.modules) - modules_before)
@@ -423,6 +445,7 @@ def write_usage(job_dir: Path, wall_s: float, imported: list[str]) -> None:
             "cpu_s": cpu,
             "wall_s": wall_s,
             "max_rss_mb": own.ru_maxrss / 1024,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "imported": len(imported),
             "packages": top,
         },
