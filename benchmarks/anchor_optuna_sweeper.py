@@ -2,10 +2,10 @@
 the anchor `bench_search.py --anchor` compares this project's sweeper with.
 
 It runs inside the anchor's own virtual environment (benchmarks/.venv-optuna2: Optuna 2, which the
-upstream plugin requires), with only the `ablate` package on its path: the project's hydra_plugins
-would register a second `hydra/sweeper=optuna`. The upstream plugin takes the job's return value as
-the objective, so the task returns the run's final validation loss where `ablate`'s returns its
-whole result.
+upstream plugin requires), with only the `ablate` package on its path: upstream's sweeper is
+`hydra/sweeper=optuna`, this project's (`ablate_optuna`, which needs Optuna 5) stays out. The
+upstream plugin takes the job's return value as the objective, so the task returns the run's final
+validation loss where `ablate`'s returns its whole result.
 
 Each job writes anchor_job.json into its folder (when its run ended, on the job's clock); the
 sweeper's study, held in memory, is written to anchor_trials.json at the end (when each trial was

@@ -2,6 +2,7 @@
 planned (sweep/launch/settings.py, slurm.py): one line naming the key, nothing created."""
 
 import pytest
+import yaml
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -46,16 +47,18 @@ def test_a_launcher_built_with_bad_settings_stops_in_one_line(capsys):
         ("sequential", ProcessSettings, {"workers": 1}),
         ("parallel", ProcessSettings, {"workers": None}),  # hardware.workers of hardware=cpu: null
         ("slurm", SubmititSettings, {"cluster": "slurm", "signal_delay_s": 120}),
-        ("submitit_local", SubmititSettings, {"cluster": "local", "signal_delay_s": 30}),
+        ("ablate_submitit_local", SubmititSettings, {"cluster": "local", "signal_delay_s": 30}),
     ],
 )
 def test_each_launcher_is_composed_against_its_schema_from_hydras_config_store(launcher, schema, values):
     """The launchers' settings are dataclasses (config/launch.py) that the plugins register in Hydra's
-    ConfigStore, as Hydra's own plugins do: no preset file, and the composed node is typed by them."""
+    ConfigStore, as Hydra's own plugins do, under ablate's names; the short names are files in
+    ablate's own config folder that only pick the registered node, which types the composed one."""
     from ablate.cli.common import _compose
     from ablate.config import CONF_DIR, group_options
 
-    assert not list((CONF_DIR / "hydra" / "launcher").glob("*.yaml"))
+    for alias in (CONF_DIR / "hydra" / "launcher").glob("*.yaml"):
+        assert yaml.safe_load(alias.read_text()) == {"defaults": [f"ablate_{alias.stem}"]}
     assert launcher in group_options("hydra/launcher")
     node = _compose("config", [f"hydra/launcher={launcher}"]).hydra.launcher
     assert issubclass(OmegaConf.get_type(node), schema)
@@ -65,7 +68,7 @@ def test_each_launcher_is_composed_against_its_schema_from_hydras_config_store(l
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["hydra/launcher=paralel"], "hydra/launcher=paralel is not a known option (valid: ablate_parallel, ablate_sequential"),
+        (["hydra/launcher=paralel"], "hydra/launcher=paralel is not a known option (valid: ablate_parallel, ablate"),
         (["hydra/launcher=parallel", "hydra.launcher.wokers=2"], "unknown key hydra.launcher.wokers (valid: gpus,"),
         (["hydra/launcher=parallel", "hydra.launcher.workers=two"], "hydra.launcher.workers=two is not a whole number"),
         (["hydra/launcher=slurm", "hydra.launcher.timeout_min=1.5"], "hydra.launcher.timeout_min=1.5 is not a whole"),

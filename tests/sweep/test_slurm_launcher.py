@@ -2,7 +2,7 @@
 a sweep's runs all FINISHED, failures visible in MLflow, the summary, sacct and the exit code, real
 preemptions (scontrol requeue; USR2 as submitit's interrupt sends it) resumed into the same MLflow run,
 time-outs counted, and a sweep submitted to walk away from. Plus the same launcher without a cluster
-(hydra/launcher=submitit_local) and the launcher's resource and driver-job logic."""
+(hydra/launcher=ablate_submitit_local) and the launcher's resource and driver-job logic."""
 
 import json
 import math
@@ -171,7 +171,7 @@ def test_the_local_executor_variant_runs_a_sweep_without_a_cluster(cli, workdir)
     done = cli(
         [
             "--multirun",
-            "hydra/launcher=submitit_local",
+            "hydra/launcher=ablate_submitit_local",
             *QUICK,
             "train.steps=6",
             "train.eval_interval=3",
@@ -229,7 +229,7 @@ def check_asynchronous_study(workdir: Path, cluster: str) -> None:
 
 
 def test_a_study_asks_each_trial_as_a_job_ends_on_the_local_executor(cli, workdir):
-    done = cli([*STUDY, "hydra/launcher=submitit_local"], workdir, timeout=WAIT_S)
+    done = cli([*STUDY, "hydra/launcher=ablate_submitit_local"], workdir, timeout=WAIT_S)
     assert done.returncode == 0, done.stderr[-3000:]
     check_asynchronous_study(workdir, "local")
 

@@ -354,7 +354,10 @@ def check_sweep(cfg) -> None:
     """A sweep's own checks on its composed master config, before its callbacks run: the folder it
     will write to. The rest is checked where Hydra builds it, before anything exists: the launcher's
     and the sweeper's settings by their plugins, every job by the plan (hydra_plugins/ablate_sweeper)."""
+    from ablate.sweep import check_plugin_providers
+
     try:
+        check_plugin_providers(hydra_node(cfg, "runtime.choices"))  # ablate's plugin names still ablate's
         sweep_dir = hydra_node(cfg, "sweep.dir")
         check_writable_dir(sweep_dir, "hydra.sweep.dir")
         check_file_slots(sweep_dir, OUTPUT_FILES, "hydra.sweep.dir")  # written at its end, after every run
@@ -428,8 +431,11 @@ def check_sweep_config(cfg) -> None:
     from hydra.core.utils import setup_globals
     from hydra.types import HydraContext
 
+    from ablate.sweep import check_plugin_providers
+
     setup_globals()
     HydraConfig.instance().set_config(cfg)
+    check_plugin_providers(hydra_node(cfg, "runtime.choices"))  # ablate's plugin names still ablate's
     check_writable_dir(hydra_node(cfg, "sweep.dir"), "hydra.sweep.dir")
     context = HydraContext(config_loader=None, callbacks=Callbacks())
     Plugins.instance().instantiate_launcher(hydra_context=context, task_function=lambda cfg: None, config=cfg)

@@ -56,7 +56,7 @@ def task(cfg, run_cfg=None, prepared=None, agent=None) -> dict:
     if family:
         return _family(prepared, out_dir, context)
     train.set_threads(context.threads)
-    on_eval = trial_hook(hc)  # a trial of an Optuna study (hydra/sweeper=optuna) reports and may be pruned
+    on_eval = trial_hook(hc)  # a trial of an Optuna study (hydra/sweeper=ablate_optuna) reports and may be pruned
     started = time.time()
     try:
         result = train.run(

@@ -1,4 +1,4 @@
-"""The schema of a search (`hydra/sweeper=optuna`), checked before any study exists. The Optuna
+"""The schema of a search (`hydra/sweeper=ablate_optuna`), checked before any study exists. The Optuna
 sweeper plugin registers it in Hydra's ConfigStore (hydra_plugins/ablate_optuna/config.py), so Hydra
 composes hydra.sweeper against it: an unknown key or a wrong type stops at composition.
 
@@ -48,7 +48,7 @@ SINGLE_OBJECTIVE_SAMPLERS = {"cmaes"}
 
 @dataclass
 class SearchConfig:
-    """hydra.sweeper of `hydra/sweeper=optuna`; one study per study_name+storage."""
+    """hydra.sweeper of `hydra/sweeper=ablate_optuna`; one study per study_name+storage."""
 
     study_name: str = "study"
     # None: a journal file STUDY_DIR/journal.log. A path: a journal file there. A URL with "://":

@@ -1,6 +1,6 @@
 """One trial of a study, from both sides.
 
-Inside its job (`ablate train` under hydra/sweeper=optuna): the job rebuilds its trial from the shared
+Inside its job (`ablate train` under hydra/sweeper=ablate_optuna): the job rebuilds its trial from the shared
 storage (`trial_hook`), reports the validation loss after every evaluation and ends as "pruned"
 (StopRun) when the pruner says so. On the driver's side: SWEEP_DIR/optuna.json maps each job
 number to its trial before a batch starts, and `outcome` reads what a job's result.json means for

@@ -25,6 +25,7 @@ __all__, __getattr__, __dir__ = lazy_api(
         "callback": ("sweep_callback",),
         "launch.feed": ("SlotLauncher",),
         "launch.slurm": ("JOBS_FILE",),
+        "launch.names": ("register_plugin", "check_plugin_providers"),
     },
     # the two launchers, each `launch` and `launch_as_slots_free` (hydra_plugins call them)
     modules=("callback", "prediction", "rows", "plots", "launch.process", "launch.slurm"),

@@ -2,7 +2,8 @@
 so the plugin class lives here and the work is done by `ablate.sweep`'s process launcher (imported lazily: Hydra
 imports every plugin module at start-up, and this one must stay cheap).
 
-Configs: hydra/launcher=sequential and parallel, registered in Hydra's ConfigStore by config.py.
+Configs: hydra/launcher=ablate_sequential and ablate_parallel (short names sequential, parallel),
+registered in Hydra's ConfigStore by config.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-import hydra_plugins.ablate_launcher.config  # noqa: F401  registers hydra/launcher=sequential, parallel
+import hydra_plugins.ablate_launcher.config  # noqa: F401  registers hydra/launcher=ablate_sequential, ablate_parallel
 
 
 class ProcessLauncher(Launcher):

@@ -2,5 +2,6 @@
 so the plugin class lives here; the work is done by `ablate.search.driver` (imported lazily:
 Hydra imports every plugin module at start-up, and this one must stay cheap).
 
-Config: `hydra/sweeper=optuna` (or `+sweep=lr`), registered in Hydra's ConfigStore by config.py.
+Config: `hydra/sweeper=ablate_optuna` (or `+sweep=lr`; `optuna` is hydra-optuna-sweeper's name),
+registered in Hydra's ConfigStore by config.py.
 """

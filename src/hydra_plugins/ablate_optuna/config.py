@@ -1,11 +1,11 @@
-"""hydra/sweeper=optuna in Hydra's ConfigStore: the search's settings (ablate.config.search.SearchConfig,
+"""hydra/sweeper=ablate_optuna in Hydra's ConfigStore (`optuna` is hydra-optuna-sweeper's): the
+search's settings (ablate.config.search.SearchConfig,
 the schema each key is composed against) with this plugin's sweeper as the target."""
 
 from dataclasses import dataclass
 
-from hydra.core.config_store import ConfigStore
-
 from ablate.config import SearchConfig
+from ablate.sweep import register_plugin
 
 
 @dataclass
@@ -15,4 +15,4 @@ class OptunaSweeperConf(SearchConfig):
 
 # Trials are asked in batches of n_jobs, launched through hydra/launcher (basic, sequential, parallel,
 # slurm), and pruned from inside their jobs on the validation loss at each evaluation.
-ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="ablate")
+register_plugin("hydra/sweeper", "ablate_optuna", OptunaSweeperConf)

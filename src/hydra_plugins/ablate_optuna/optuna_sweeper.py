@@ -1,4 +1,4 @@
-"""`hydra/sweeper=optuna`: an Optuna study whose trials run through the configured launcher and
+"""`hydra/sweeper=ablate_optuna`: an Optuna study whose trials run through the configured launcher and
 can be pruned from inside their jobs (ablate.search)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-import hydra_plugins.ablate_optuna.config  # noqa: F401  registers hydra/sweeper=optuna
+import hydra_plugins.ablate_optuna.config  # noqa: F401  registers hydra/sweeper=ablate_optuna
 
 
 class OptunaSweeper(Sweeper):

@@ -2,7 +2,8 @@
 so the plugin class lives here and the work is done by `ablate.sweep`'s SLURM launcher (imported lazily:
 Hydra imports every plugin module at start-up, and this one must stay cheap).
 
-Configs: hydra/launcher=slurm and submitit_local, registered in Hydra's ConfigStore by config.py.
+Configs: hydra/launcher=ablate_slurm (short name slurm) and ablate_submitit_local, registered in
+Hydra's ConfigStore by config.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-import hydra_plugins.ablate_slurm.config  # noqa: F401  registers hydra/launcher=slurm, submitit_local
+import hydra_plugins.ablate_slurm.config  # noqa: F401  registers hydra/launcher=ablate_slurm, ablate_submitit_local
 
 
 class SubmititLauncher(Launcher):

@@ -1,5 +1,6 @@
-"""`hydra/sweeper=basic` (the default): Hydra's grid sweeper (BasicSweeper: the cartesian product of
-its params and the command line's sweeps, in the same order), whose check of a batch plans it.
+"""`hydra/sweeper=ablate_grid` (ablate's default, conf/config.yaml): Hydra's grid sweeper
+(BasicSweeper: the cartesian product of its params and the command line's sweeps, in the same
+order), whose check of a batch plans it.
 
 BasicSweeper calls validate_batch_is_legal(batch) before it launches a batch, to compose every job
 once and fail early; here that composition is the plan's (sweep/plan.py): each job composed and
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.config_store import ConfigStore
+
+from ablate.sweep import register_plugin
 
 # No `from __future__ import annotations` in this module: the ConfigStore reads the dataclass's
 # field types, which must be types, not strings.
@@ -29,10 +31,10 @@ class PlanningSweeperConf:
     params: Optional[dict[str, str]] = None  # noqa: UP045  the grid: KEY: a,b,c (a sweep preset's)
 
 
-# Under Hydra's own name, which its defaults pick (hydra/sweeper: basic), so that every sweep of
-# this project plans, and a preset that picks another sweeper (hydra/sweeper=optuna) still can.
-# Importing BasicSweeper above has registered Hydra's entry; this one replaces it.
-ConfigStore.instance().store(group="hydra/sweeper", name="basic", node=PlanningSweeperConf, provider="ablate")
+# Under a name of ablate's own, which ablate's primary config picks, so that every sweep of this
+# project plans while any other Hydra app in the environment keeps Hydra's `basic`; a preset that
+# picks another sweeper (hydra/sweeper=ablate_optuna) still can.
+register_plugin("hydra/sweeper", "ablate_grid", PlanningSweeperConf)
 
 
 class PlanningSweeper(BasicSweeper):

@@ -8,4 +8,5 @@ feed.py     SlotLauncher: jobs decided as slots free (an Optuna study asks its n
 job.py      run_here: compose one job's config and run it in this process; run_all_here: several, in order
 returns.py  a job's JobReturn as JSON (to_json, from_json): nothing a job writes is unpickled
 slurm.py    launch: a SLURM job array through submitit (or submitit's local executor)
+names.py    the plugins' names in Hydra's ConfigStore (ablate_*), registered only where no one else has them
 """
