@@ -91,6 +91,8 @@ class PlanConfig:
     default_mfu: float = 0.4
     # Fraction of each GPU's memory kept free (CUDA context, allocator fragmentation).
     memory_reserve: float = 0.1
+    # Fraction of a link's bandwidth that NCCL's collectives reach on large messages (plan/comm.py).
+    comm_efficiency: float = 0.8
     fit: str | None = None
     tracking_uri: str = ""
     # None: plans/<model.name>-<hardware.name>, each name made one safe path component (parse_plan).
@@ -112,6 +114,8 @@ class PlanConfig:
                 raise ConfigError(f"{key}={v} is invalid (valid: 0 < {key} <= 1)")
             if v is not None and v < MIN_MFU:
                 raise ConfigError(f"{key}={v:g} is too small (valid: {MIN_MFU:g} <= {key} <= 1)")
+        if not 0.0 < self.comm_efficiency <= 1.0:
+            raise ConfigError(f"comm_efficiency={self.comm_efficiency} is invalid (valid: 0 < comm_efficiency <= 1)")
         if not 0.0 <= self.memory_reserve < 1.0:
             raise ConfigError(f"memory_reserve={self.memory_reserve} is invalid (valid: 0 <= memory_reserve < 1)")
         if self.out is not None and not self.out.strip():

@@ -300,6 +300,10 @@ class HardwareConfig:
     peak_flops: dict = field(default_factory=dict)
     memory_gb: float | None = None
     memory_bandwidth_gbs: float | None = None
+    # Interconnect, GB/s per GPU in one direction (plan/comm.py): to the other GPUs of its node
+    # (NVLink, or PCIe without it) and to other nodes (its InfiniBand/RoCE NIC); None: not known.
+    nvlink_gbs: float | None = None
+    network_gbs: float | None = None
     price_per_hour: float | None = None
     gpus_per_node: int = 1
     # Runs at once on one machine under the parallel launcher; None: one per GPU slot where the runs
@@ -323,7 +327,12 @@ class HardwareConfig:
             if v is not None:
                 require_positive(f"hardware.peak_flops.{k}", v)
                 require_at_most(f"hardware.peak_flops.{k}", v, MAX_PEAK_FLOPS, "FLOP/s per GPU")
-        bounds = (("memory_gb", MAX_MEMORY_GB, "GB"), ("memory_bandwidth_gbs", MAX_BANDWIDTH_GBS, "GB/s"))
+        bounds = (
+            ("memory_gb", MAX_MEMORY_GB, "GB"),
+            ("memory_bandwidth_gbs", MAX_BANDWIDTH_GBS, "GB/s"),
+            ("nvlink_gbs", MAX_BANDWIDTH_GBS, "GB/s"),
+            ("network_gbs", MAX_BANDWIDTH_GBS, "GB/s"),
+        )
         for key, limit, unit in bounds:
             if getattr(self, key) is not None:
                 require_positive(f"hardware.{key}", getattr(self, key))

@@ -21,6 +21,8 @@ class PlanHardware:
     price_per_hour: float | None
     gpus_per_node: int
     memory_bandwidth_gbs: float | None = None  # for decode.py's bound on generation speed
+    nvlink_gbs: float | None = None  # per GPU per direction, within a node (comm.py)
+    network_gbs: float | None = None  # per GPU per direction, across nodes
 
 
 def planning_hardware(cfg: HardwareConfig, precision: PrecisionConfig) -> PlanHardware:
@@ -59,5 +61,14 @@ def planning_hardware(cfg: HardwareConfig, precision: PrecisionConfig) -> PlanHa
 
         bandwidth = measured_cpu_bandwidth() / 1e9
     return PlanHardware(
-        cfg.name, cfg.device, peaks[key], key, memory_gb * GB, cfg.price_per_hour, cfg.gpus_per_node, bandwidth
+        cfg.name,
+        cfg.device,
+        peaks[key],
+        key,
+        memory_gb * GB,
+        cfg.price_per_hour,
+        cfg.gpus_per_node,
+        bandwidth,
+        cfg.nvlink_gbs,
+        cfg.network_gbs,
     )

@@ -10,7 +10,9 @@ Formulas
   D (6 N_matmul + 12 L T d) (accounting.flops_per_token): time is computed from the latter, the
   FLOPs the GPUs actually execute, which is also what the MFU of a recorded run is measured against.
 - Memory per GPU: memory.py (states exact; activations from this model's saved tensors).
-- Time: hours = flops / (gpus x peak FLOP/s x MFU) / 3600; cost = GPU-hours x price per GPU-hour.
+- Time: hours = flops / (gpus x peak FLOP/s x MFU) / 3600 x (step time / compute time), the last the
+  communication the schedule cannot hide (comm.py: DDP all-reduce, FSDP all-gather and
+  reduce-scatter on the hardware's NVLink and network); cost = GPU-hours x price per GPU-hour.
 - Loss: L(N, D) = E + A / N^alpha + B / D^beta (Hoffmann et al. 2022, approach 3), N = total params
   (or non-embedding params when the fit was made with params=non_embedding), with the fit's calibrated
   interval and verdict (plan/loss.py): a not_determined loss is printed as such, with no number.
@@ -29,6 +31,7 @@ from dataclasses import dataclass, replace
 from ablate.config import BudgetConfig, ConfigError, ModelConfig, PlanConfig, PlanInputs, PrecisionConfig
 from ablate.model import accounting
 from ablate.perf import decode
+from ablate.plan.comm import Communication, links_of, plan_communication
 from ablate.plan.hardware import PlanHardware
 from ablate.plan.loss import Alternative, LossPrediction, Purchase, compute_optimal, predict_loss, what_it_buys
 from ablate.plan.memory import MemoryPlan, plan_memory
@@ -77,6 +80,7 @@ class Plan:
     constraints: tuple[Constraint, ...]
     notes: tuple[str, ...] = ()
     purchase: Purchase | None = None  # what the budget buys against the compute-optimal split; None: no fit
+    communication: Communication | None = None  # the collectives of a step on gpus_used (comm.py)
 
     @property
     def decode(self) -> list:
@@ -114,6 +118,8 @@ def make_plan(inputs: PlanInputs, hw: PlanHardware, mfu: MfuChoice, fit: FitLaw 
     # Recomputing each block's forward in backward executes 8N instead of 6N per token; MFU counts
     # only the model's 6N (Chowdhery et al. 2022, MFU vs HFU), so the run takes 4/3 as long.
     recompute = 4 / 3 if _checkpointing(cfg, mem) else 1.0
+    comm = _communication(inputs, hw, mem, gpus_used, mfu.value, recompute)
+    recompute *= comm.slowdown  # the step waits for what communication the schedule cannot hide
     compute_budget = _compute_budget(budget, hw, gpus_used, mfu.value, recompute)
     if budget.tokens is not None:
         tokens, tokens_from = round(budget.tokens), "budget.tokens"
@@ -141,6 +147,17 @@ def make_plan(inputs: PlanInputs, hw: PlanHardware, mfu: MfuChoice, fit: FitLaw 
         n_fit = accounting.params_non_embedding(model) if fit.params == "non_embedding" else n
         prediction = _retimed(predict_loss(fit, n_fit, tokens), one_gpu)
     constraints = _constraints(cfg, hw, mem, tokens, flops, hours, cost, alternative, gpus_used)
+    if comm.strategy != "none" and not comm.missing:
+        constraints.append(
+            Constraint(
+                "hardware",
+                "communication",
+                comm.total_s,
+                comm.hidden_room,
+                f"{comm.total_s * 1e3:,.3g} ms of collectives per step vs {comm.hidden_room * 1e3:,.3g} ms of "
+                f"{'backward' if comm.strategy == 'ddp' else 'compute'} to hide them behind",
+            )
+        )
     notes = _notes(inputs, hw, mem, gpus_used, mfu)
     return Plan(
         model,
@@ -165,7 +182,22 @@ def make_plan(inputs: PlanInputs, hw: PlanHardware, mfu: MfuChoice, fit: FitLaw 
         tuple(constraints),
         tuple(notes),
         None if prediction is None else what_it_buys(fit, prediction, alternative),
+        comm,
     )
+
+
+def _communication(
+    inputs: PlanInputs, hw: PlanHardware, mem: MemoryPlan, gpus: int, mfu: float, recompute: float
+) -> Communication:
+    """One step's collectives on `gpus`: states sharded as the memory plan shards them there, one
+    micro-batch of plan.batch_size sequences per GPU."""
+    cfg, model = inputs.plan, inputs.model
+    at = mem.at_gpus if gpus == cfg.gpus or mem.needed is None else mem.needed
+    batch = mem.fallback.batch_size if mem.gpus_needed_as_configured is None and mem.fallback else cfg.batch_size
+    compute_s = batch * model.block_size * accounting.flops_per_token(model) * recompute / (hw.peak_flops * mfu)
+    links = links_of(hw.nvlink_gbs, hw.network_gbs, hw.gpus_per_node, cfg.comm_efficiency)
+    params = accounting.params(model)
+    return plan_communication(params, model.n_layer, inputs.precision, gpus, at.sharded, compute_s, links)
 
 
 def _retimed(x, flops_per_s: float):
@@ -277,6 +309,13 @@ def _notes(inputs: PlanInputs, hw: PlanHardware, mem: MemoryPlan, gpus_used: int
         notes.append("The fp8 activation model follows precision.py but has not been measured on hardware.")
     if hw.device == "mps":
         notes.append("The memory model was measured on the CPU and derived for CUDA; MPS may differ.")
+    if gpus_used > 1 and mem.needed is not None:
+        comm = _communication(inputs, hw, mem, gpus_used, mfu.value, 1.0)
+        if comm.missing:
+            notes.append(
+                f"Communication is left out: hardware.{comm.missing} is not set for hardware={hw.name} "
+                f"(set it, in GB/s per GPU per direction, to time the collectives)."
+            )
     if mfu.source == "default":
         notes.append(
             "MFU is a default, not a measurement: run on this hardware (or pass mfu=) to firm up time and cost."

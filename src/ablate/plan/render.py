@@ -84,6 +84,7 @@ def plan_dict(p: Plan) -> dict:
         "broken": [c.what for c in p.broken],
         "binding_detail": binding.text,
         "constraints": [{**asdict(c), "ratio": c.ratio} for c in p.constraints],
+        "communication": _communication_entry(p),
         "decode": _decode_entry(p),
         "notes": list(p.notes),
     }
@@ -205,6 +206,7 @@ def summary_rows(p: Plan) -> list[tuple[str, str]]:
             f"{_duration(p.hours)} on {p.gpus_used} {p.hardware.name} at MFU {p.mfu.value:.2f} "
             f"({p.mfu.source}: {p.mfu.detail}); peak {p.hardware.peak_flops:.3g} FLOP/s ({p.hardware.peak_key})",
         ),
+        ("communication", _communication(p)),
         (
             "cost",
             "n/a (no price: set hardware.price_per_hour=)"
@@ -218,6 +220,56 @@ def summary_rows(p: Plan) -> list[tuple[str, str]]:
         _decode_row(p),
     ]
     return rows
+
+
+def _communication_entry(p: Plan) -> dict | None:
+    c = p.communication
+    if c is None:
+        return None
+    return {
+        "strategy": c.strategy,
+        "gpus": c.gpus,
+        "nodes": c.nodes,
+        "all_reduce_s": c.all_reduce_s,
+        "all_gather_s": c.all_gather_s,
+        "reduce_scatter_s": c.reduce_scatter_s,
+        "total_s": c.total_s,
+        "compute_s": c.compute_s,
+        "exposed_s": c.exposed_s,
+        "slowdown": c.slowdown,
+        "binds": c.binds,
+        "missing": c.missing or None,
+        "nvlink_gbs": p.hardware.nvlink_gbs,
+        "network_gbs": p.hardware.network_gbs,
+        "efficiency": p.plan.comm_efficiency,
+    }
+
+
+def _communication(p: Plan) -> str:
+    """One step's collectives, their time, what the step waits for, and whether they bind."""
+    c = p.communication
+    if c is None or c.strategy == "none":
+        return "none: one GPU"
+    if c.missing:
+        return f"not timed: hardware.{c.missing} is not set for hardware={p.hardware.name}"
+    hw = p.hardware
+    where = f"{c.gpus} {hw.name} in {c.nodes} node(s)"
+    links = f"NVLink {hw.nvlink_gbs:g} GB/s" + (f", network {hw.network_gbs:g} GB/s" if c.nodes > 1 else "")
+    if c.strategy == "ddp":
+        what = f"DDP all-reduce of the gradients {c.all_reduce_s * 1e3:,.3g} ms"
+    else:
+        what = (
+            f"FSDP all-gather (forward and backward) {c.all_gather_s * 1e3:,.3g} ms + "
+            f"reduce-scatter {c.reduce_scatter_s * 1e3:,.3g} ms"
+        )
+    verdict = (
+        "binds: it takes longer than the compute it can hide behind" if c.binds else "hidden but for the first block's"
+    )
+    return (
+        f"{what} per step on {where} ({links} per GPU, at {p.plan.comm_efficiency:.0%}); "
+        f"compute {c.compute_s * 1e3:,.3g} ms; the step waits {c.exposed_s * 1e3:,.3g} ms "
+        f"(+{c.slowdown - 1:.1%}, in the time above): {verdict}"
+    )
 
 
 def _decode_entry(p: Plan):
@@ -311,6 +363,9 @@ def render_markdown(p: Plan) -> str:
         "hooks and torch's MemTracker). Every gradient is counted as live during backward, as with "
         "gradient accumulation.",
         "- Sharded plans assume FSDP full sharding / ZeRO-3 with one block per unit.",
+        "- Communication: ring collectives (DDP all-reduce; FSDP all-gather twice and reduce-scatter) within a "
+        "node over NVLink and across nodes over each GPU's NIC, overlapped with compute but for the first "
+        "block's share (src/ablate/plan/comm.py).",
         f"- Compute-optimal: {p.alternative.method}.",
     ]
     if p.prediction is not None:
