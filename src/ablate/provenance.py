@@ -1,13 +1,19 @@
-"""Where a result came from: the code version and a hash of the config that determines it."""
+"""Where a result came from: the code version, the environment it ran in, and a hash of the config
+that determines it."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
+import os
+import platform
 import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 
+from ablate import __version__
 from ablate.config import RunConfig, as_dict
 
 # Keys that cannot change a run's numbers: where things are written, how progress is shown,
@@ -125,3 +131,111 @@ def code_version() -> dict:
 def _git(root: Path, *args: str) -> str:
     out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True, timeout=10)
     return out.stdout.strip()
+
+
+# The CPU features that decide which kernels torch runs (vector width, bf16/fp16/int8 dot products,
+# AMX tiles): two runs whose sets differ may differ in speed and in the last bits of their losses.
+ISA_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx_vnni",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "asimdhp",
+    "sve",
+    "sve2",
+    "bf16",
+    "i8mm",
+)
+
+
+def environment(device: str | None = None, cwd: str | None = None) -> dict:
+    """What a result was made with, as result.json and MLflow record it: the user's working tree
+    (the git repository `cwd` is in, default the current folder: its commit and whether it had
+    uncommitted changes; None outside a repository), ablate's version and, where it runs from a
+    checkout, that checkout's commit, the versions of Python and torch, the platform, the CPU's model
+    and flags, and the GPU a run on `device` trains on (None off CUDA)."""
+    ablate_code = code_version()
+    return {
+        **workspace(os.path.abspath(cwd or os.getcwd())),
+        "ablate": ablate_version(),
+        "ablate_commit": None if ablate_code["git.commit"] == "unknown" else ablate_code["git.commit"],
+        "python": platform.python_version(),
+        "torch": torch_version(),
+        "platform": platform.platform(),
+        **cpu(),
+        "gpu": gpu_name(device),
+    }
+
+
+@functools.cache
+def workspace(cwd: str) -> dict:
+    """{"commit", "dirty"} of the git repository `cwd` is in; None for both outside one."""
+    try:
+        commit = _git(Path(cwd), "rev-parse", "HEAD")
+        dirty = bool(_git(Path(cwd), "status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": dirty}
+
+
+def ablate_version() -> str:
+    return __version__
+
+
+def torch_version() -> str | None:
+    """The torch this process runs: the imported module's version where it is imported (it may be
+    another installation than the first one metadata finds), else the installed distribution's."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return str(torch.__version__)
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def cpu() -> dict:
+    """{"cpu": the model name, "cpu_flags": every flag the kernel lists} from /proc/cpuinfo (x86:
+    "model name", "flags"; Arm: "Features"), else platform's processor name and no flags."""
+    model, flags = "", []
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Model", "cpu model") and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = value.split()
+    return {"cpu": model or platform.processor() or platform.machine(), "cpu_flags": flags}
+
+
+def isa(flags: list[str]) -> list[str]:
+    """The flags of ISA_FLAGS that `flags` has, in ISA_FLAGS' order."""
+    have = set(flags)
+    return [f for f in ISA_FLAGS if f in have]
+
+
+def gpu_name(device: str | None) -> str | None:
+    """The name of the CUDA device `device` is (cuda, cuda:N); None for any other device. Called in
+    the run's own process, which uses that device anyway: never in a launcher that forks workers."""
+    if not device or not device.startswith("cuda"):
+        return None
+    import torch
+
+    index = torch.device(device).index
+    return torch.cuda.get_device_name(torch.cuda.current_device() if index is None else index)

@@ -11,8 +11,10 @@ import gc
 import importlib
 import io
 import os
+import platform
 import signal
 import sys
+from importlib import metadata
 
 from ablate.host import interrupt_on
 from ablate.streams import steady_streams
@@ -101,6 +103,22 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def versions() -> str:
+    """`ablate --version`: ablate's, then those of what its results depend on most."""
+    from ablate.provenance import ablate_version, torch_version
+
+    def of(distribution: str) -> str:
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (
+        f"ablate {ablate_version()} (torch {torch_version() or 'not installed'}, MLflow {of('mlflow')}, "
+        f"Hydra {of('hydra-core')}, Python {platform.python_version()})"
+    )
+
+
 def entry() -> None:
     """The process's front door (the `ablate` script, `python -m ablate`): main, then a short exit.
     What is left after the command is the interpreter's teardown, whose garbage collections walk
@@ -124,6 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv in (["-h"], ["--help"], ["help"]):
         print(usage())
+        return
+    if argv in (["--version"], ["-V"], ["version"]):
+        print(versions())
         return
     if any(a in COMPLETION_FLAGS for a in argv) and "query=" in " ".join(argv) and "COMP_LINE" in os.environ:
         complete(argv, os.environ)

@@ -13,6 +13,7 @@ from ablate.config import ConfigError
 from ablate.files import read_regular, write_json
 from ablate.model import accounting
 from ablate.perf import gpu_memory
+from ablate.provenance import environment
 
 RESULT_FILE = "result.json"
 VALID_RESULT = "the result.json that `ablate` writes in a run folder"
@@ -68,6 +69,10 @@ class RunResult:
     flops_source: str | None = None
     # On CUDA, torch.cuda.max_memory_allocated over the run's steps: the measurement memory_bytes models.
     measured_peak_bytes: int | None = None
+    # What it was made with (provenance.environment): the user's working tree's git commit and whether
+    # it was dirty, ablate's version (and its checkout's commit), Python, torch, the platform, the CPU's
+    # model and flags, the GPU. Two results that differ here may differ for that reason alone.
+    environment: dict | None = None
     # How the speed was timed (perf/clock.py): tokens_per_s and mfu are over the steps after the
     # warm-up, timed between the synchronizations that reading the loss forces; the warm-up is each
     # launch's first step and the intervals that compiled after it. compile_s: the warm-up's seconds
@@ -123,6 +128,7 @@ class RunResult:
             torch_threads=threads,
             core_share=core_share(timing.cpu_s, timing.train_s, threads),
             gpu=gpu_id(t.device),
+            environment=environment(t.device),
             started_at=ended_at - wall_s,
             ended_at=ended_at,
         )
@@ -154,6 +160,7 @@ class RunResult:
             wall_s=0.0,
             train_s=0.0,
             mlflow_run_id=run_id,
+            environment=environment(p.hardware.device),
             **extra,
         )
 

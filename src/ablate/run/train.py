@@ -29,7 +29,7 @@ from ablate.config import RunConfig, as_dict
 from ablate.faults import failpoint
 from ablate.files import WriteError, disk_refused
 from ablate.model import accounting
-from ablate.provenance import code_version, flatten
+from ablate.provenance import flatten
 from ablate.run import checkpoint, distributed, preemption, ranks
 from ablate.run.decision import BUSY, RUN, SKIP, decide
 from ablate.run.lock import Busy, RunLock, acquire_all, busy_with, owner_tag, store_claim
@@ -47,6 +47,7 @@ from ablate.tracking import (
     SWEEP_TAG,
     TRUNK_KIND,
     make_tracker,
+    run_tags,
 )
 
 # How a RunResult status shows in MLflow; a pruned run is KILLED with reason "pruned: ..." (decision.py).
@@ -171,7 +172,7 @@ def _run(
                 DATA_TAG: data_tag(p.data.provenance()),
                 **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {}),
                 **({KIND_TAG: TRUNK_KIND} if family.kind == TRUNK_KIND else {}),
-                **code_version(),
+                **run_tags(p.hardware.device),  # MLflow's user and source tags, the environment
                 **{str(k): str(v) for k, v in cfg.tracking.tags.items()},
             },
             resume_run_id=decision.resume_run_id,

@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ablate.provenance import code_version
 from ablate.scaling.points import FitInputError, Points, RunCurve
-from ablate.tracking import CONFIG_HASH_TAG, FIT_STATUS_TAG, FIT_VERDICT_TAG, KIND_TAG, REASON_TAG, client_for
+from ablate.tracking import CONFIG_HASH_TAG, FIT_STATUS_TAG, FIT_VERDICT_TAG, KIND_TAG, REASON_TAG, client_for, run_tags
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -276,7 +275,7 @@ def log_fit_run(
         KIND_TAG: kind,
         FIT_STATUS_TAG: "converged" if converged else "DID NOT CONVERGE",
         **({FIT_VERDICT_TAG: verdict} if verdict is not None else {}),
-        **code_version(),
+        **run_tags(),
     }
     run = client.create_run(experiment_id, run_name=kind, tags=tags)
     run_id = run.info.run_id

@@ -28,7 +28,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ablate.config import SearchConfig
-from ablate.provenance import code_version
 from ablate.search import report as search_report
 from ablate.search.space import search_space, trial_overrides
 from ablate.search.storage import (
@@ -52,7 +51,7 @@ from ablate.search.storage import (
 )
 from ablate.search.trial import Outcome, memory_excess_gb, objective_values, outcome, write_trials_file
 from ablate.sweep import SlotLauncher, read_sweep_file
-from ablate.tracking import KIND_TAG, REASON_TAG
+from ablate.tracking import KIND_TAG, REASON_TAG, run_tags
 
 STUDY_KIND = "study"
 STUDY_TAG, TRIAL_TAG, STATE_TAG = "optuna.study", "optuna.trial", "optuna.state"
@@ -320,7 +319,7 @@ class Tracking:
         run = self.client.create_run(
             experiment_id,
             run_name=f"study:{cfg.study_name}",
-            tags={KIND_TAG: STUDY_KIND, STUDY_TAG: cfg.study_name, "optuna.storage": cfg.storage, **code_version()},
+            tags={KIND_TAG: STUDY_KIND, STUDY_TAG: cfg.study_name, "optuna.storage": cfg.storage, **run_tags()},
         )
         study.set_user_attr("mlflow_runs", {**known, self.uri: run.info.run_id})
         return run.info.run_id

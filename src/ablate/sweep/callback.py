@@ -39,7 +39,6 @@ from hydra.experimental.callback import Callback
 from ablate.faults import failpoint
 from ablate.files import WriteError, disk_errors, write_json
 from ablate.host import available_cores, process_alive
-from ablate.provenance import code_version
 from ablate.run import SweepProgress, WatchedJob
 from ablate.sweep import plan as sweep_plan
 from ablate.sweep.context import LAUNCHES_FILE, SWEEP_FILE, read_sweep_file
@@ -55,6 +54,7 @@ from ablate.tracking import (
     bound_http_retries,
     close_orphaned_runs,
     ensure_experiment,
+    run_tags,
     spool_ending,
     views,
 )
@@ -349,7 +349,7 @@ def start_parent_run(tracking: dict, sweep_id: str, name: str) -> dict:
             KIND_TAG: "sweep",
             HOST_TAG: socket.gethostname(),
             PID_TAG: str(os.getpid()),
-            **code_version(),
+            **run_tags(),
             **{str(k): str(v) for k, v in (tracking.get("tags") or {}).items()},
         },
     )

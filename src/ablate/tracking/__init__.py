@@ -7,6 +7,7 @@ dataset.py  dataset_input: the tokens a run trained on as its MLflow dataset inp
 system_metrics.py  SystemMetrics: MLflow's system-metrics monitor for a store's runs (CPU, memory, GPU)
 store.py    ensure_experiment (create once before fanning out), client_for (an existing store only)
 tags.py     every tag and key name this project writes and reads
+context.py  run_tags: where a run came from (MLflow's user and source tags, ablate's version, the environment)
 views.py    latest_views: a sweep's validation loss against FLOPs as a view in MLflow's UI
 spool.py    sync_file: deliver a run's ending spooled during an outage (tracker.spool_ending writes it)
 """
@@ -44,6 +45,7 @@ __all__, __getattr__, __dir__ = lazy_api(
             "TRUNK_KIND",
         ),
         "spool": ("SpoolError", "sync_file"),
+        "context": ("run_tags",),
         "views": ("latest_views",),
     },
     modules=("agent", "views"),

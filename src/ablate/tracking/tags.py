@@ -17,6 +17,17 @@ FIT_VERDICT_TAG = (
     "ablate.fit_verdict"  # trusted, wide or not_determined: approach 3's (fit), the worst in the data (compare)
 )
 
+# Where a run came from (tracking/context.py, provenance.environment): ablate's version, the
+# environment's, and whether the user's working tree had uncommitted changes beside its commit
+# (MLflow's mlflow.source.git.commit).
+ABLATE_VERSION_TAG = "ablate.version"
+TORCH_TAG = "ablate.torch"
+PYTHON_TAG = "ablate.python"
+CPU_TAG = "ablate.cpu"
+CPU_ISA_TAG = "ablate.cpu_isa"  # the CPU flags that pick torch's kernels (provenance.ISA_FLAGS)
+GPU_TAG = "ablate.gpu"
+SOURCE_DIRTY_TAG = "ablate.source.git.dirty"
+
 # MLflow's own experiment tags. The UI (3.x) opens an experiment in its GenAI view unless the kind
 # says model training; a shared view state is a saved chart layout the UI loads by its key.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
