@@ -96,3 +96,24 @@ def test_version_names_ablate_torch_mlflow_and_hydra():
     line = done.stdout.strip()
     assert line.startswith(f"ablate {__version__} (torch {metadata.version('torch')}")
     assert f"MLflow {metadata.version('mlflow')}" in line and f"Hydra {metadata.version('hydra-core')}" in line
+
+
+def test_on_another_mlflow_the_sweep_view_is_left_out_in_one_line(tmp_path, monkeypatch, capsys):
+    """The saved view is MLflow 3.17's private UI state (tracking/views.py): another MLflow records
+    the runs as usual and says in one line that the view is not written, instead of being refused."""
+    from mlflow import MlflowClient
+
+    from ablate.tracking import ensure_experiment, views
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment_id = ensure_experiment(uri, "ablate")
+    client = MlflowClient(uri)
+    real = views.metadata.version
+    monkeypatch.setattr(views.metadata, "version", lambda d: "3.18.0" if d == "mlflow" else real(d))
+    assert views.save_sweep_view(client, experiment_id, "s1", "sweep x", ["s1"]) == ""
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "written for MLflow 3.17's UI, this is MLflow 3.18.0" in err
+    tags = client.get_experiment(experiment_id).tags
+    assert not any(k.startswith("mlflow.sharedViewState.") for k in tags)
+    monkeypatch.undo()
+    assert views.save_sweep_view(client, experiment_id, "s1", "sweep x", ["s1"])  # 3.17: written

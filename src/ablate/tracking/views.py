@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
+from importlib import metadata
 from typing import NamedTuple
 
 from ablate.tracking.tags import KIND_TAG, NOTE_TAG, SHARED_VIEW_PREFIX, STEP_KEY, SWEEP_TAG
@@ -242,12 +244,32 @@ class SweepRun(NamedTuple):
     params: dict
 
 
+# The MLflow whose UI state the views are written for (above: read from its bundle). The state is
+# the UI's private format: on another version the view is left out, with one line, instead of
+# holding every user of ablate to this MLflow.
+VIEW_MLFLOW = "3.17"
+
+
+def views_supported() -> bool:
+    """Whether the installed MLflow is the minor version whose UI state the views are written in."""
+    version = metadata.version("mlflow")
+    return version == VIEW_MLFLOW or version.startswith(VIEW_MLFLOW + ".")
+
+
 def save_sweep_view(
     client, experiment_id: str, sweep_id: str, name: str, sweep_ids: list[str], runs: list[SweepRun] | None = None
 ) -> str:
     """Write (or rewrite) the sweep's saved view and list it in the experiment's description.
     `runs`: the ended sweep's runs, its parent left out, their CURVE logged (log_curves); None
     while it runs. Returns the view's link (see `link`)."""
+    if not views_supported():
+        if runs is None:  # once a sweep: at its start
+            print(
+                f"ablate: no saved chart view: it is written for MLflow {VIEW_MLFLOW}'s UI, this is MLflow "
+                f"{metadata.version('mlflow')} (the runs and their metrics are recorded as usual)",
+                file=sys.stderr,
+            )
+        return ""
     vid = view_id(sweep_id)
     key = SHARED_VIEW_PREFIX + vid
     experiment = client.get_experiment(experiment_id)
