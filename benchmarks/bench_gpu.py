@@ -13,6 +13,9 @@ takes every path on a CPU with a tiny model, for the tests).
    smallest measured width from which fp8 is faster than bf16 at every larger measured width.
 3. Memory: torch.cuda.max_memory_allocated over the trainer's steps against perf/memory.py's model
    (result.json's measured_peak_bytes / memory_bytes), compiled (the throughput runs) and eager.
+4. Checkpoints: what one checkpoint of the model's state (weights, AdamW moments) costs the step path,
+   written synchronously (checkpoint.save: serialize, write, fsync) against in the background
+   (checkpoint.BackgroundSaver: a copy to host memory, then a thread writes it); median of 3 each.
 
 Each section runs while time is left (--budget-s); a section that would not fit is recorded as
 skipped with the reason, so that the script ends in its budget with what it measured.
@@ -42,6 +45,7 @@ from ablate.config import ConfigError  # noqa: E402
 from ablate.data import TrainBatches  # noqa: E402
 from ablate.files import write_json  # noqa: E402
 from ablate.model import GPT, accounting, apply_precision, build_optimizer, lr_at  # noqa: E402
+from ablate.run import checkpoint  # noqa: E402
 from ablate.run.prepare import prepare  # noqa: E402
 from ablate.run.trainer import Trainer  # noqa: E402
 from ablate.tracking import Tracker  # noqa: E402
@@ -273,6 +277,42 @@ def _ratio(t: dict) -> dict:
     }
 
 
+def checkpoint_cost(plan: Plan, tmp: Path, model: str, repeats: int = 3) -> dict:
+    """One checkpoint's step-path seconds, synchronous against background, for `model`'s state."""
+    prepared = prepare(plan.config(tmp / "ckpt", model=model, **{"train.compile": False}))
+    c, device = prepared.cfg, prepared.hardware.device
+    net = GPT(c.model).to(device)
+    optimizer = build_optimizer(net, c.optim)
+    x, y = TrainBatches(prepared.data.train, 1, c.model.block_size, 0, device).take(0)
+    net(x, y)[1].backward()
+    optimizer.step()  # the AdamW moments exist, as in a run's checkpoint
+    state = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "step": 1, "train_time": 0.0}
+    state.update(rng=torch.get_rng_state(), pending=[], config_hash="bench")
+    sync, step_path, written = [], [], []
+    saver = checkpoint.BackgroundSaver()
+    for i in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        checkpoint.save(state, tmp / f"sync{i}")
+        sync.append(time.perf_counter() - t0)
+        synchronize(device)
+        t0 = time.perf_counter()
+        saver.save(state, tmp / f"background{i}")
+        step_path.append(time.perf_counter() - t0)
+        saver.wait()
+        written.append(time.perf_counter() - t0)
+    size = (tmp / "sync0" / checkpoint.CHECKPOINT).stat().st_size
+    return {
+        "model": model,
+        "params": sum(p.numel() for p in net.parameters()),
+        "bytes": size,
+        "synchronous_s": statistics.median(sync),
+        "background_step_path_s": statistics.median(step_path),
+        "background_written_s": statistics.median(written),
+        "step_path_saved": 1 - statistics.median(step_path) / statistics.median(sync),
+    }
+
+
 def device_facts() -> dict:
     facts = {"torch": torch.__version__, "python": platform.python_version(), "cuda": torch.cuda.is_available()}
     if torch.cuda.is_available():
@@ -293,6 +333,11 @@ def run(plan: Plan, budget_s: float, pairs: int, tmp: Path) -> dict:
     report["throughput"] = throughput(plan, tmp, pairs, start + 0.45 * budget_s)
     report["fp8"] = fp8_sweep(plan, tmp, start + 0.85 * budget_s)
     report["memory"] = memory(plan, tmp, report["throughput"], start + 0.92 * budget_s)
+    report["checkpoint"] = (
+        checkpoint_cost(plan, tmp, plan.model)
+        if time.monotonic() < start + 0.95 * budget_s
+        else {"skipped": "the time budget ran out"}
+    )
     report["seconds"] = time.monotonic() - start
     return report
 
@@ -336,7 +381,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=300.0)
     parser.add_argument("--pairs", type=int, default=1)
     parser.add_argument("--dry-run", action="store_true", help="every path on a CPU, tiny")
+    parser.add_argument(
+        "--checkpoint-only", default=None, metavar="MODEL", help="only the checkpoint section, for MODEL (CPU too)"
+    )
     args = parser.parse_args(argv)
+    if args.checkpoint_only:
+        plan = Plan(not torch.cuda.is_available(), args.hardware)
+        with tempfile.TemporaryDirectory() as tmp:
+            figures = checkpoint_cost(plan, Path(tmp), args.checkpoint_only)
+        print(figures)
+        return 0
     if not args.dry_run and not torch.cuda.is_available():
         print("error: bench_gpu.py measures a GPU and none is visible (valid: a CUDA machine, or --dry-run)")
         return 2

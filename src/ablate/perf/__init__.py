@@ -6,6 +6,7 @@ peak.py       the CPU's per-core peak FLOP/s, measured so that a busy machine ca
 support.py    unsupported_reason: whether a device can run a precision policy (torch-free; one rule)
 memory.py     bytes per GPU: weights, gradients, optimizer states, activations (torch-free)
 decode.py     the memory-bandwidth bound on generation speed (torch-free)
+fp8.py        where torchao's float8 starts to pay on a GPU, from benchmarks/bench_gpu.py's results
 profiling.py  torch.profiler captures of a few steps, as FLOPs and bytes per operator
 roofline.py   operators placed against the compute and bandwidth ceilings; the CPU bandwidth benchmark
 capture.py    RunCapture: profiling and the roofline inside a training run (train.profile=true)
@@ -29,5 +30,5 @@ __all__, __getattr__, __dir__ = lazy_api(
         "roofline": ("measured_cpu_bandwidth",),
         "capture": ("RunCapture",),
     },
-    modules=("support", "memory", "decode", "profiling", "roofline"),
+    modules=("support", "memory", "decode", "fp8", "profiling", "roofline"),
 )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ablate.config import PrecisionConfig
 from ablate.files import write_files
-from ablate.perf import decode
+from ablate.perf import decode, fp8
 from ablate.plan.loss import LossPrediction, Purchase
 from ablate.plan.make import Plan, _gb
 
@@ -219,6 +219,8 @@ def summary_rows(p: Plan) -> list[tuple[str, str]]:
         ("binding", _binding(p)),
         _decode_row(p),
     ]
+    if p.hardware.device == "cuda":  # where torchao's float8 starts to pay on this GPU, as benchmarked
+        rows.append(("fp8", fp8.crossover_line(p.hardware.name)))
     return rows
 
 

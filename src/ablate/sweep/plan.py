@@ -182,11 +182,14 @@ def _store(cfg) -> tuple | None:
 
 def _existing_runs(jobs: list[PlannedJob]) -> dict:
     """{(store, config hash): the latest run with that hash}, one search per experiment."""
+    stores = {_store(j.cfg) for j in jobs} - {None}
+    if not stores:  # nothing tracked: MLflow is not needed, and a machine may not have it
+        return {}
     from mlflow.tracking import MlflowClient
 
     quiet_store_logs()
     found = {}
-    for store in {_store(j.cfg) for j in jobs} - {None}:
+    for store in stores:
         uri, name = store
         path = sqlite_path(uri)
         if path is not None and not path.is_file():

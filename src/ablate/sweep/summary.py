@@ -212,6 +212,8 @@ def _notes(rows: list[SummaryRow], base_arm: str, seeded: bool, compare: bool) -
     gpu = gpu_note(rows)
     if gpu:
         notes.append(gpu)
+    if any(str(r.precision or "").startswith("fp8") for r in rows):
+        notes.append(fp8_note())
     if any(r.memory_bytes for r in rows):
         notes.append(
             "- memory: one training step's peak as perf/memory.py models it for this device (weights, "
@@ -343,6 +345,14 @@ def gpu_note(rows: list[SummaryRow]) -> str | None:
         "(an *_emulated arm is the GPU recipe's rounding, computed here in fp32). Runs as small as these are "
         "overhead-bound there too: the gain appears at the sizes `ablate plan` prices."
     )
+
+
+def fp8_note() -> str:
+    """Where float8 starts to pay, on the GPU benchmarks/bench_gpu.py measured (else: not measured)."""
+    from ablate.perf import fp8
+
+    found = fp8.measured()
+    return f"- {found.line() if found else fp8.crossover_line(GPU_NOTE_HARDWARE)}."
 
 
 def pivot_table(rows: list[SummaryRow]) -> str:
