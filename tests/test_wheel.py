@@ -1,13 +1,16 @@
 """The package as a user installs it, apart from any checkout: a wheel built from a clean clone of
 this repository, installed into a fresh virtual environment, run from an empty folder (a sweep that
 trains, a fit of its points, a preset of the user's through --config-dir); and the sdist, which
-carries the same presets. Nothing is downloaded: the environment reuses the installed dependencies."""
+carries the same presets. Nothing is downloaded: the environment reuses the installed dependencies.
+Installed into an environment that already holds another torch (a CUDA build, as a cluster's has),
+the wheel keeps that torch, resolving its own requirements, and trains with it."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -138,3 +141,54 @@ def test_from_an_empty_folder_it_sweeps_your_presets_and_fits_them(installed):
     assert fit["data"]["n_points"] == 6 and fit["data"]["N"]["min"] == mine_params  # the preset's model, trained
     assert (work / "mlflow.db").is_file()  # the default store, in the folder the command ran from
     assert snapshot(root, work) == before  # nothing written outside that folder: not the clone, not the environment
+
+
+# The user's own torch: another release than this project's, a CUDA build as a cluster's Python holds
+# (on these machines pip takes it and its NVIDIA libraries from local disk).
+USER_TORCH = "2.14.1"
+
+
+@pytest.fixture(scope="module")
+def user_torch() -> Path:
+    """USER_TORCH installed once per machine into a folder of its own outside the checkout (about
+    5 GB with its CUDA libraries; minutes the first time), which a test environment puts on its path."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ablate-tests" / f"torch-{USER_TORCH}"
+    if not list(cache.glob(f"torch-{USER_TORCH}*.dist-info")):
+        partial = cache.with_name(cache.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        checked(
+            [sys.executable, "-m", "pip", "install", "-q", "--target", partial, f"torch=={USER_TORCH}"], partial.parent
+        )
+        shutil.rmtree(cache, ignore_errors=True)
+        partial.rename(cache)
+    return cache
+
+
+def test_installed_beside_another_torch_it_keeps_that_torch_and_trains(built, user_torch, tmp_path):
+    env = tmp_path / "env"
+    checked([sys.executable, "-m", "venv", "--without-pip", env], tmp_path)
+    python = env / "bin" / "python"
+    site = Path(
+        checked([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env).stdout.strip()
+    )
+    # The user's environment: their torch first, then the other packages (this interpreter's folders).
+    others = [p for p in sys.path if Path(p).name == "site-packages"]
+    (site / "user.pth").write_text("".join(f"{p}\n" for p in [user_torch, *others]))
+    version = "import torch; print(torch.__version__)"
+    assert checked([python, "-c", version], env).stdout.startswith(USER_TORCH)
+
+    # pip resolves the wheel's requirements against what the environment holds (no index: nothing new)
+    checked([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-index", built["wheel"]], env)
+    assert not list(site.glob("torch*")) and list(site.glob("ablate-*.dist-info"))  # no torch installed beside theirs
+    assert checked([python, "-c", version], env).stdout.startswith(USER_TORCH)
+
+    work = tmp_path / "work"
+    work.mkdir()
+    shell = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "HYDRA_FULL_ERROR")}
+    shell |= {"PATH": f"{env / 'bin'}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(env)}
+    checked(["ablate", "model=nano", "train.steps=2", *TINY], work, shell)
+    (result,) = work.glob("outputs/*/*/result.json")
+    record = json.loads(result.read_text())
+    assert record["status"] == "finished" and record["steps"] == 2
+    assert record["environment"]["torch"].startswith(USER_TORCH)  # trained with the user's torch
