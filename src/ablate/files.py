@@ -25,6 +25,7 @@ from typing import Any
 
 from ablate.errors import ConfigError
 from ablate.faults import failpoint
+from ablate.redact import redact
 
 
 def temporary_path(path: Path) -> Path:
@@ -309,7 +310,8 @@ def write_text(path: Path, text: str) -> Path:
 
 
 def write_json(path: Path, obj: Any) -> Path:
-    return write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
+    """A record as JSON, passwords in URIs hidden (redact.py): a record is read by others."""
+    return write_text(path, redact(json.dumps(obj, indent=2, default=str)) + "\n")
 
 
 def figure_bytes(fig, fmt: str = "png", dpi: int = 120, **savefig_kwargs) -> bytes:

@@ -10,6 +10,7 @@ reader raises BrokenPipeError (Python ignores SIGPIPE), and a hung-up terminal E
 front door of every process (cli/main.entry, child.run): each closed standard descriptor is opened
 on /dev/null, and stdout and stderr are wrapped so that a write or flush that finds its reader gone
 moves that descriptor onto /dev/null (the processes the command starts inherit it too) and goes on.
+What goes through them has the passwords of URIs hidden (redact.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import errno
 import os
 import sys
+
+from ablate.redact import redact
 
 # What a write says when nobody reads it any more: a pipe closed, a socket reset, a terminal hung up.
 GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.EIO, errno.EBADF})
@@ -44,7 +47,7 @@ class SteadyStream:
 
     def write(self, text: str) -> int:
         try:
-            return self._stream.write(text)
+            return self._stream.write(redact(text))
         except OSError as exc:
             if not self._gone(exc):
                 raise

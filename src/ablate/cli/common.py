@@ -148,6 +148,35 @@ def _create_hydra(task: Callable, config_dir: str | None):
     )
 
 
+# A preset's bounds, checked before Hydra composes it: YAML aliases expand when OmegaConf copies
+# the tree, so 9 levels of 9 aliases (a "billion laughs" preset of 1 KB) never finish composing.
+MAX_PRESET_BYTES, MAX_PRESET_ALIASES = 1 << 20, 64
+
+
+def check_presets(config_dir: str | None = None) -> None:
+    """Every YAML file among the presets (conf/ and --config-dir) within MAX_PRESET_BYTES and
+    MAX_PRESET_ALIASES, read by YAML's scanner (nothing is built). ConfigError (one line) otherwise."""
+    import yaml
+
+    folders = [CONF_DIR, *([Path(config_dir)] if config_dir else [])]
+    for path in (p for folder in folders for p in sorted(Path(folder).rglob("*.yaml"))):
+        try:
+            size = path.stat().st_size
+            if size > MAX_PRESET_BYTES:
+                raise ConfigError(f"preset {path} is {size:,} bytes (valid: at most {MAX_PRESET_BYTES:,})")
+            text = path.read_text(errors="replace")
+            if "*" not in text:
+                continue
+            aliases = sum(isinstance(t, yaml.AliasToken) for t in yaml.scan(text, Loader=yaml.CSafeLoader))
+        except (OSError, yaml.YAMLError):
+            continue  # Hydra says what is wrong with it, in one line
+        if aliases > MAX_PRESET_ALIASES:
+            raise ConfigError(
+                f"preset {path} has {aliases} YAML aliases, which expand as it is composed (a YAML bomb) "
+                f"(valid: at most {MAX_PRESET_ALIASES})"
+            )
+
+
 def _compose_master(hydra, config_name: str, overrides: list[str], config_dir: str | None = None):
     """The command's one composition, as Hydra composes a multirun's master config (sweep values
     allowed until the mode is known); one line on a bad override. A single run's overrides are then
@@ -157,6 +186,10 @@ def _compose_master(hydra, config_name: str, overrides: list[str], config_dir: s
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
+    try:
+        check_presets(config_dir)
+    except ConfigError as exc:
+        fail(str(exc))
     try:
         cfg = hydra.compose_config(config_name, overrides, run_mode=RunMode.MULTIRUN, validate_sweep_overrides=False)
         if cfg.hydra.mode is None:
@@ -459,6 +492,7 @@ def _compose(config_name: str, overrides: list[str], config_dir: str | None = No
     from hydra.core.global_hydra import GlobalHydra
 
     extra = [f"hydra.searchpath=[file://{os.path.abspath(config_dir)}]"] if config_dir else []
+    check_presets(config_dir)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module=CONF_MODULE, version_base="1.3"):

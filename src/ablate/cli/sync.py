@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ablate.cli.common import fail
 from ablate.files import quarantine
-from ablate.tracking import SpoolError, sync_file
+from ablate.tracking import SpoolError, one_sync, sync_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,12 +22,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.spool_dir.exists() and not args.spool_dir.is_dir():
         fail(f"{args.spool_dir} is not a folder (valid: a spool folder, by default .ablate/state/spool)")
-    files = sorted(args.spool_dir.glob("*.json")) if args.spool_dir.is_dir() else []
-    if not files:
+    if not args.spool_dir.is_dir():
         print(f"nothing to sync in {args.spool_dir}", file=sys.stderr)
+        return 0
+    with one_sync(args.spool_dir):  # a second `ablate sync` waits here, then finds what is left
+        return _sync_all(args.spool_dir)
+
+
+def _sync_all(spool_dir: Path) -> int:
+    files = sorted(spool_dir.glob("*.json"))
+    if not files:
+        print(f"nothing to sync in {spool_dir}", file=sys.stderr)
         return 0
     failed = 0
     for path in files:
+        if not path.exists():  # delivered meanwhile (a sync of another version, by hand)
+            continue
         try:
             n = sync_file(path)
             print(f"synced {path.stem}: {n} metric points", file=sys.stderr)

@@ -14,6 +14,7 @@ from ablate.cli.common import fail, hydra_main, hydra_node, resolved_task
 from ablate.config import ConfigError, UnsupportedError, parse_run
 from ablate.files import check_file_slots, check_writable_dir, write_json
 from ablate.host import interrupting_signal
+from ablate.redact import redact_files
 from ablate.run import EXIT_BUSY, RESULT_FILE
 from ablate.search import trial_hook
 from ablate.sweep import PROGRESS_FILE, callback, job_context
@@ -39,6 +40,7 @@ def task(cfg, run_cfg=None, prepared=None, agent=None) -> dict:
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
+    redact_files(out_dir / ".hydra")  # Hydra wrote the overrides as given: a password in tracking.uri
     context = job_context(hc)
     if prepared is None:
         try:

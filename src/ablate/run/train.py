@@ -30,6 +30,7 @@ from ablate.faults import failpoint
 from ablate.files import WriteError, disk_refused
 from ablate.model import accounting
 from ablate.provenance import flatten
+from ablate.redact import redact_tree
 from ablate.run import checkpoint, distributed, preemption, ranks
 from ablate.run.decision import BUSY, RUN, SKIP, decide
 from ablate.run.lock import Busy, RunLock, acquire_all, busy_with, owner_tag, store_claim
@@ -243,7 +244,7 @@ def data_tag(provenance: dict) -> str:
 
 
 def _params(p: Prepared) -> dict:
-    flat = flatten(as_dict(p.cfg))
+    flat = redact_tree(flatten(as_dict(p.cfg)))  # tracking.uri's password is MLflow's to use, not to show
     flat.update(
         {
             "derived.params": accounting.params(p.cfg.model),

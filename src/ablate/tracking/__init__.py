@@ -44,7 +44,7 @@ __all__, __getattr__, __dir__ = lazy_api(
             "SWEEP_TAG",
             "TRUNK_KIND",
         ),
-        "spool": ("SpoolError", "sync_file"),
+        "spool": ("SpoolError", "one_sync", "sync_file"),
         "context": ("run_tags",),
         "views": ("latest_views",),
     },

@@ -36,6 +36,8 @@ import threading
 
 from ablate.child import spawn
 from ablate.host import RUN_SIGNALS, import_available
+from ablate.redact import redact
+from ablate.streams import SteadyStream
 from ablate.tracking.runstore import CALLS, RunStore
 
 CLOSE_TIMEOUT_S = 30.0
@@ -197,12 +199,23 @@ def start(uri: str) -> Agent | None:
 # -- the agent's side ----------------------------------------------------------------------------------
 
 
+def one_line(exc: BaseException) -> str:
+    """A store's error as one line: MLflow quotes a server's whole answer (a web page, for a server
+    that is not MLflow's) after "Response body:"; that is cut, and said for what it means."""
+    text = redact(f"{type(exc).__name__}: {exc}")  # MLflow names the URL it called, password and all
+    head, cut, _ = text.partition(". Response body:")
+    line = " ".join(head.split())[:300]
+    if cut and " 404 " in f"{head} ":
+        line += " (the server at tracking.uri answered, but not as MLflow's; valid: `mlflow server`'s URL)"
+    return line
+
+
 def serve() -> None:
     for signum in RUN_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     replies = os.fdopen(os.dup(1), "w", buffering=1)  # the pipe to the run
     os.dup2(2, 1)  # anything MLflow prints goes to stderr, not into the replies
-    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stdout = SteadyStream(os.fdopen(1, "w", buffering=1, closefd=False), 1)  # MLflow's "View run at": redacted
     import_available(CLIENT_MODULES)
     uri: str | None = None
     store: RunStore | None = None
@@ -225,7 +238,7 @@ def serve() -> None:
                 raise StoreError(f"{name}: not a store call, or the store is not open")
             reply = {"ok": result}
         except Exception as exc:  # the run decides what a failure means (an outage: buffer, retry)
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
+            reply = {"error": one_line(exc)}
         try:
             replies.write(json.dumps(reply) + "\n")
         except (BrokenPipeError, OSError):  # the run is gone (kill -9): nobody reads the reply

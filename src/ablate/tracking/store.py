@@ -104,6 +104,8 @@ def check_store(uri: str, key: str = "tracking.uri") -> None:
             raise ConfigError(f"{key}={uri!r}: {path} is not an SQLite database ({valid})")
         if not os.access(path, os.W_OK):
             raise ConfigError(f"{key}={uri!r}: {path} cannot be written (valid: a store you can write)")
+        if head:
+            check_mlflow_tables(path, f"{key}={uri!r}")
         return
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
@@ -113,6 +115,47 @@ def check_store(uri: str, key: str = "tracking.uri") -> None:
         )
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(f"{key}={uri!r}: the folder {folder} cannot be written (valid: a folder you can write)")
+
+
+# Tables every MLflow sqlite store has, from its first migration on.
+MLFLOW_TABLES = frozenset({"alembic_version", "experiments", "runs", "metrics", "params", "tags"})
+# How long a store another process holds write-locked is waited for before the command gives up.
+STORE_WAIT_ENV, STORE_WAIT_S = "ABLATE_STORE_WAIT_S", 60.0
+
+
+def check_mlflow_tables(path: Path, where: str) -> None:
+    """An existing SQLite file is an MLflow store before MLflow opens it (which would create its
+    ~60 tables inside another application's database): its tables are MLflow's, or it has none; it
+    is whole (as many pages as its header says); and its write lock can be had within
+    STORE_WAIT_S (another process writing it: a bounded wait, not MLflow's retries). Read without
+    changing anything. ConfigError (one line) otherwise."""
+    wait = float(os.environ.get(STORE_WAIT_ENV, STORE_WAIT_S))
+    try:
+        with closing(sqlite3.connect(path, timeout=wait, isolation_level=None)) as db:
+            page_size, pages = (db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_size", "page_count"))
+            if path.stat().st_size < page_size * pages:
+                raise ConfigError(
+                    f"{where}: {path} is cut short ({path.stat().st_size:,} bytes of the {page_size * pages:,} its "
+                    "header says): a damaged store (valid: the whole file, e.g. from a backup, or a new store)"
+                )
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and not MLFLOW_TABLES <= tables:
+                shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+                raise ConfigError(
+                    f"{where}: {path} is another application's SQLite database (tables {shown}), not an MLflow "
+                    "store; left untouched (valid: an MLflow store, or a new file)"
+                )
+            db.execute("BEGIN IMMEDIATE")  # waits up to `wait` for a writer to finish
+            db.execute("ROLLBACK")
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise ConfigError(
+                f"{where}: {path} has been write-locked by another process for over {wait:g} s; nothing was "
+                f"started (valid: run again once it is free, or set {STORE_WAIT_ENV} to wait longer)"
+            ) from None
+        raise ConfigError(f"{where}: {path} cannot be read as an SQLite database ({exc})") from None
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"{where}: {path} is a damaged SQLite database ({exc}) (valid: an intact store)") from None
 
 
 def client_for(uri: str):

@@ -12,6 +12,7 @@ outage leaves a spool file that `python -m ablate sync` delivers once the server
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -202,8 +203,21 @@ def spool_ending(
         "last_logged_step": last_logged_step,
         "metrics": [list(m) for m in metrics],
         "artifacts": [str(a) for a in artifacts],
+        # the folder the artifacts are in, which `ablate sync` checks them against (spool.checked)
+        "run_dir": _common_folder(artifacts),
     }
     return write_json(Path(directory) / f"{run_id}.json", record)
+
+
+def _common_folder(artifacts) -> str | None:
+    """The run's folder of its artifacts (result.json, .hydra/config.yaml: the folder that holds
+    .hydra), or None without artifacts."""
+    paths = [Path(a).resolve() for a in artifacts]
+    if not paths:
+        return None
+    common = Path(os.path.commonpath(paths))
+    common = common.parent if common.is_file() else common
+    return str(common.parent if common.name == ".hydra" else common)
 
 
 def make_tracker(
