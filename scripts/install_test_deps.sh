@@ -9,3 +9,5 @@ command -v chromium >/dev/null 2>&1 || packages+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || packages+=(postgresql)
 
 bash "$(dirname "$0")/apt_install.sh" "${packages[@]}"
+# torchtitan for the export test (tests/plan/test_export.py), beside the CPU torch
+bash "$(dirname "$0")/install_torchtitan.sh"

@@ -93,6 +93,8 @@ class PlanConfig:
     memory_reserve: float = 0.1
     # Fraction of a link's bandwidth that NCCL's collectives reach on large messages (plan/comm.py).
     comm_efficiency: float = 0.8
+    # Also write the planned run as another engine's job (plan/export.py): torchtitan.
+    export: str | None = None
     fit: str | None = None
     tracking_uri: str = ""
     # None: plans/<model.name>-<hardware.name>, each name made one safe path component (parse_plan).
@@ -114,6 +116,10 @@ class PlanConfig:
                 raise ConfigError(f"{key}={v} is invalid (valid: 0 < {key} <= 1)")
             if v is not None and v < MIN_MFU:
                 raise ConfigError(f"{key}={v:g} is too small (valid: {MIN_MFU:g} <= {key} <= 1)")
+        if self.export is not None and self.export not in ("torchtitan",):
+            raise ConfigError(
+                f"export={self.export} is not an engine ablate writes jobs for (valid: torchtitan, or null)"
+            )
         if not 0.0 < self.comm_efficiency <= 1.0:
             raise ConfigError(f"comm_efficiency={self.comm_efficiency} is invalid (valid: 0 < comm_efficiency <= 1)")
         if not 0.0 <= self.memory_reserve < 1.0:

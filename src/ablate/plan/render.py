@@ -378,10 +378,15 @@ def render_markdown(p: Plan) -> str:
 
 
 def write_plan(p: Plan, out: str | Path, resolved_config: str = "") -> list[Path]:
-    """plan.md, config.yaml (the resolved config) and plan.json, written as one set (files.write_files)."""
+    """plan.md, config.yaml (the resolved config), torchtitan_job.py with export=torchtitan
+    (plan/export.py) and plan.json, written as one set (files.write_files)."""
     out = Path(out)
     files = [(out / "plan.md", render_markdown(p))]
     if resolved_config:
         files.append((out / "config.yaml", resolved_config))
+    if p.plan.export == "torchtitan":
+        from ablate.plan.export import EXPORT_FILE, torchtitan_module
+
+        files.append((out / EXPORT_FILE, torchtitan_module(p)))
     files.append((out / "plan.json", json.dumps(plan_dict(p), indent=2) + "\n"))
     return write_files({path: text.encode() for path, text in files})
