@@ -265,7 +265,7 @@ def test_bad_csv_is_one_line(fit, tmp_path, case):
         ),
         (
             ["points=p.csv", "nboot=10"],
-            "unknown key nboot (valid: approach2, entropy_floor, experiment, form, held_out, n_boot",
+            "unknown key nboot (valid: approach2, entropy_floor, experiment, form, held_out, interval, n_boot",
         ),
         (
             ["points=p.csv", "params=embedding"],

@@ -478,13 +478,10 @@ def _correction_words(cal) -> str:
     if cal.method != "adaptive" or not cal.drift:
         return ""
     if not cal.corrects:
-        return (
-            "; the prediction stays the law's: the drift does not carry on from cut to cut, or is within its "
-            f"own error ({g(cal.drift_sd)})"
-        )
+        return f"; the prediction stays the law's: the drift is within its own standard error {g(cal.drift_sd)}"
     return (
         f"; the prediction moves {100 * cal.drift_share:.0f}% of that way, {g(cal.drift_share * cal.drift)} per "
-        f"decade (the share the cuts show carries on, shrunk by the drift's standard error {g(cal.drift_sd)})"
+        f"decade (the drift shrunk by its standard error {g(cal.drift_sd)})"
     )
 
 
