@@ -76,7 +76,7 @@ def clear_leftovers(folder: Path) -> list[Path]:
     return removed
 
 
-def check_complete(path: Path, key: str) -> None:
+def check_complete(path: str | Path, key: str) -> None:
     """ConfigError (one line naming `key`) when the folder of the output `path` (a fit.json, a
     prepared folder) holds INCOMPLETE: a writer was stopped between renames, so its files are a mix
     of two outputs (or another writer is renaming them now)."""
@@ -336,7 +336,7 @@ def read_json(path: Path, default: Any = None) -> Any:
     """The JSON document at `path`, or `default` when it is missing or not JSON."""
     try:
         return json.loads(read_regular(path))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested past the parser's stack
         return default
 
 

@@ -94,6 +94,9 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
 
 
 def require_positive(key: str, value: Any) -> None:
+    if isinstance(value, bool) or (value is not None and not isinstance(value, (int, float))):
+        # a key inside a dict (hardware.peak_flops.fp32=abc) has no dataclass type to coerce it
+        raise ConfigError(f"{key}={value!r} is not a number (valid: a number > 0, such as 1e15)")
     if value is None or value <= 0:
         raise ConfigError(f"{key}={value} must be positive (valid: > 0)")
 

@@ -318,6 +318,11 @@ def backtest(points: Points, opts: FitOptions, cuts: tuple[float, ...] = BACKTES
         if 0 < below.sum() < len(points) and int(below.sum()) not in seen:
             seen.add(int(below.sum()))
             masks.append(below)
+    if not masks:  # one run, or every run at one compute: nothing below a cut predicts anything above it
+        raise FitInputError(
+            f"backtest: {len(points)} run(s) at {len(np.unique(logC))} compute budget(s) leave no run above any cut "
+            "to predict (valid: runs at several compute budgets, the more the better)"
+        )
     return _run(points, opts, masks)
 
 

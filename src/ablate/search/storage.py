@@ -3,14 +3,17 @@ which RUNNING trials, and giving back the trials of a driver that stopped."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
+import sys
 import time
 import warnings
 from pathlib import Path
 
 from ablate.config import ConfigError, SearchConfig
+from ablate.files import read_regular
 from ablate.host import process_alive
 
 # Trial user attributes written by the driver.
@@ -40,7 +43,44 @@ def open_storage(storage: str):
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
     Path(storage).parent.mkdir(parents=True, exist_ok=True)
+    repair_journal(Path(storage))
     return JournalStorage(JournalFileBackend(storage))
+
+
+def repair_journal(path: Path) -> None:
+    """A journal a killed driver cut mid-line is repaired, one line says so: its last line, which
+    never got its newline, was never written whole, so no reader has acted on it (Optuna skips it
+    while it is last, and fails on it once another launch appends after it). A line that is not
+    JSON anywhere else is not a cut: ConfigError, one line, the journal left as it is."""
+    try:
+        data = read_regular(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"hydra.sweeper.storage={path} cannot be read ({exc.strerror})") from None
+    whole, _, torn = data.rpartition(b"\n")
+    if torn and not data.endswith(b"\n"):
+        kept = whole + b"\n" if whole else b""
+        from optuna.storages.journal import JournalFileSymlinkLock
+
+        lock = JournalFileSymlinkLock(str(path))  # Optuna's own: no driver appends meanwhile
+        lock.acquire()
+        try:
+            if read_regular(path) != data:  # a live driver finished its line: nothing was cut
+                return
+            os.truncate(path, len(kept))
+        finally:
+            lock.release()
+        print(f"ablate: {path} ended in a line cut short ({len(torn)} bytes); removed", file=sys.stderr)
+        data = kept
+    for number, line in enumerate(data.splitlines(), 1):
+        try:
+            json.loads(line)
+        except ValueError:
+            raise ConfigError(
+                f"hydra.sweeper.storage={path}: line {number} is not a journal entry (valid: the journal Optuna "
+                "wrote, or another hydra.sweeper.storage)"
+            ) from None
 
 
 def make_sampler(cfg: SearchConfig, space: dict, trials_so_far: int = 0):

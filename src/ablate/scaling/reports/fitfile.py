@@ -69,6 +69,8 @@ def _load_fit(path: str, where: str) -> FitLaw:
         raise ConfigError(f"{where} cannot be read: {exc.strerror} ({VALID})") from None
     except ValueError as exc:
         raise ConfigError(f"{where} is not JSON: {exc} ({VALID})") from None
+    except RecursionError:  # arrays or objects nested past the parser's stack (200,000 deep)
+        raise ConfigError(f"{where} is nested deeper than any fit.json ({VALID})") from None
     a3 = doc.get("chinchilla_approach3") if isinstance(doc, dict) else None
     if not isinstance(a3, dict):
         raise ConfigError(f"{where} has no chinchilla_approach3 ({VALID})")
@@ -111,6 +113,14 @@ def _load_fit(path: str, where: str) -> FitLaw:
 # every N a prediction may ask about (up to 1e40: 1e280 < 1.8e308).
 EXPONENTS = ("alpha", "beta")
 MAX_EXPONENT = 7.0
+# Below this an exponent is no power law: 1/alpha (the compute-optimal split's exponents) overflows
+# near 1e-300, and N^alpha is 1 to fifteen digits for every N a plan asks about.
+MIN_EXPONENT = 1e-3
+# A loss in nats per token: at most ln(vocabulary), 12.5 for 262,144 tokens; 50 leaves any tokenizer room.
+MAX_E = 50.0
+# A and B: a fit's coefficients of N^-alpha and D^-beta, from ~1e2 (Chinchilla) to ~1e5 for
+# small exponents; past 1e12 a law predicts losses no run has seen.
+MAX_COEFFICIENT = 1e12
 
 
 def _params(params: dict, where: str, law_class) -> tuple[dict, dict]:
@@ -129,6 +139,17 @@ def _params(params: dict, where: str, law_class) -> tuple[dict, dict]:
             raise ConfigError(
                 f"{where}: chinchilla_approach3.params.{name} is {values[name]:g}, which no fit of "
                 f"{law_class.FORMULA} gives (valid: finite and {bound})"
+            )
+        if name.startswith(EXPONENTS) and values[name] < MIN_EXPONENT:
+            raise ConfigError(
+                f"{where}: chinchilla_approach3.params.{name} is {values[name]:g}, no power law "
+                f"(valid: {MIN_EXPONENT:g} <= {name} <= {MAX_EXPONENT:g}; Chinchilla's exponents are 0.34 and 0.28)"
+            )
+        limit = MAX_E if name == "E" else MAX_COEFFICIENT if not name.startswith(EXPONENTS) else None
+        if limit is not None and values[name] > limit:
+            raise ConfigError(
+                f"{where}: chinchilla_approach3.params.{name} is {values[name]:g}, past any loss a fit gives "
+                f"(valid: {name} <= {limit:g})"
             )
         if name.startswith(EXPONENTS) and values[name] > MAX_EXPONENT:
             raise ConfigError(
