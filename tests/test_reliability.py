@@ -73,6 +73,7 @@ BAD_INPUT = [
     (TRAIN, ["hardware=cpu", "hardware.gpus_per_node=2", "train.batch_size=3"], "does not split across 2 DDP ranks"),
     (TRAIN, ["precision=fp8_tensorwise"], "precision=fp8_tensorwise"),
     (TRAIN, ["precision=int4"], "precision=int4"),
+    (TRAIN, ["fti", "points=x.csv"], "unknown command 'fti': did you mean fit"),
     (TRAIN, ["precision.loss_scaling=true"], "precision.loss_scaling=true"),
     (TRAIN, ["model.widht=3"], "unknown key model.widht"),
     (TRAIN, ["+model.widht=3"], "unknown key model.widht"),

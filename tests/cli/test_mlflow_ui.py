@@ -12,6 +12,7 @@ Chromium comes from Debian (scripts/install_test_deps.sh, which this test runs w
 """
 
 import html
+import json
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ from mlflow.tracking import MlflowClient
 
 from ablate.tracking import views
 from ablate.tracking.store import ensure_experiment
-from ablate.tracking.tags import KIND_TAG, SWEEP_TAG
+from ablate.tracking.tags import KIND_TAG, SHARED_VIEW_PREFIX, SWEEP_TAG
 from ablate.tracking.views import CURVE
 from support import ROOT, SMALL_DATA
 
@@ -286,6 +287,114 @@ def test_a_sweep_of_many_runs_is_charted_one_line_a_swept_model_each_named(chrom
         shutil.copyfile(
             server.log.parent / "ui-sweep-chart-grouped.png", ROOT / "docs" / "images" / "ui-sweep-chart-grouped.png"
         )
+
+
+# Whether an element is drawn whole inside the window, with no scrolling: the fold at 1400x900.
+ABOVE_THE_FOLD_JS = """e => {
+    const r = e.getBoundingClientRect();
+    return r.top >= 0 && r.bottom <= window.innerHeight && r.left >= 0 && r.right <= window.innerWidth;
+}"""
+PRECISION_RUNS = {"fp32": "None", "bf16": "None", "bf16_pure": "None", "fp16": "None"}
+PRECISION_RUNS |= {"fp8_tensorwise_emulated": "tensorwise", "fp8_rowwise_emulated": "rowwise"}
+LADDER_SIZES = {"pico": 0.3, "nano": 1.0, "micro": 4.0, "tiny": 16.0}
+LADDER_TOKENS = (262144, 524288, 1048576)
+
+
+def log_run(client, eid: str, parent: str, name: str, params: dict, scale: float, offset: float) -> views.SweepRun:
+    """A run as a training run logs it (val/loss and flops at the same steps), not trained: the view
+    reads only what runs logged, and dozens of runs would take minutes on 2 cores."""
+    run_id = client.create_run(eid, run_name=name, tags={SWEEP_TAG: "sw", "mlflow.parentRunId": parent}).info.run_id
+    points = [
+        (step, 1e9 * scale * step, 3.2 + offset - 0.3 * scale**0.2 * (step / 100) ** 0.5) for step in range(10, 110, 10)
+    ]
+    now = int(time.time() * 1000)
+    metrics = [Metric("flops", f, now, s) for s, f, _ in points] + [Metric("val/loss", v, now, s) for s, _, v in points]
+    client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()])
+    return views.SweepRun(run_id, name, params)
+
+
+def demo_and_ladder(client) -> dict[str, tuple[str, list[str]]]:
+    """{sweep: (its view's link, the legend entries grouped by its swept keys)}: the demo's
+    precisions x 3 seeds, whose precision.fp8 also differs (an older view grouped by it), and a
+    ladder's sizes x budgets x 2 seeds, its WSD branches (an older view grouped by optim.schedule)."""
+    shown = {}
+    eid = ensure_experiment(client.tracking_uri, "precision")
+    parent = client.create_run(eid, run_name="sweep:precision", tags={SWEEP_TAG: "sw", KIND_TAG: "sweep"}).info.run_id
+    runs = [
+        log_run(
+            client,
+            eid,
+            parent,
+            f"precision={name} train.seed={seed}",
+            {"precision.name": name, "precision.fp8": fp8, "train.seed": str(seed)},
+            1.0,
+            0.01 * i + 0.003 * seed,
+        )
+        for i, (name, fp8) in enumerate(PRECISION_RUNS.items())
+        for seed in range(3)
+    ]
+    views.log_curves(client, [r.run_id for r in runs])
+    link = views.save_sweep_view(client, eid, "sw", "sweep precision", ["sw"], runs, ["precision", "train.seed"])
+    shown["precision"] = (link, list(PRECISION_RUNS))
+    eid = ensure_experiment(client.tracking_uri, "text_ladder")
+    parent = client.create_run(eid, run_name="sweep:text_ladder", tags={SWEEP_TAG: "sl", KIND_TAG: "sweep"}).info.run_id
+    runs = []
+    for model, scale in LADDER_SIZES.items():
+        for tokens in LADDER_TOKENS:
+            for seed in range(2):
+                params = {
+                    "model.name": model,
+                    "train.tokens": str(tokens),
+                    "train.seed": str(seed),
+                    "optim.schedule": "wsd",
+                }
+                name = f"model={model} train.seed={seed} train.tokens={tokens}"
+                runs.append(log_run(client, eid, parent, name, params, scale * tokens / 262144, 0.002 * seed))
+    views.log_curves(client, [r.run_id for r in runs])
+    link = views.save_sweep_view(
+        client, eid, "sl", "sweep text_ladder", ["sl"], runs, ["model", "train.seed", "train.tokens"]
+    )
+    # MLflow names a group of two keys by both, as the sweep named them: "model: nano, train.tokens: 262144"
+    shown["text_ladder"] = (link, [f"model: {m}, train.tokens: {t}" for m in LADDER_SIZES for t in LADDER_TOKENS])
+    return shown
+
+
+def test_the_demo_and_a_ladder_are_grouped_by_their_swept_keys_above_the_fold(chromium, mlflow_server):
+    """At 1400x900, each sweep's saved view draws one line and one legend entry per value of the
+    keys it swept, its seeds averaged: the demo's six precisions (not precision.fp8's two values),
+    the ladder's sizes x budgets (not optim.schedule); the chart whole in the window without
+    scrolling, the parallel-coordinates chart's axes the swept keys. Screenshots: docs/images/."""
+    from playwright.sync_api import sync_playwright
+
+    server = mlflow_server(ui=False)
+    client = MlflowClient(server.uri)
+    sweeps = demo_and_ladder(client)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        for sweep_name, (link, groups) in sweeps.items():
+            page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+            page.goto(f"{server.uri}/{link}")
+            card = page.locator("[data-testid='experiment-view-compare-runs-card']").first
+            card.locator(".scatterlayer .trace").first.wait_for(timeout=180_000)
+            page.wait_for_timeout(1500)
+            shot = server.log.parent / f"ui-sweep-{sweep_name}-grouped.png"
+            page.screenshot(path=str(shot))
+            text = card.inner_text()
+            legend = text[text.index(f"({CURVE})") - 40 :]
+            assert text.count(f"({CURVE})") == len(groups), legend
+            for group in groups:
+                assert legend_entry(group) in text, (group, legend)
+            assert "precision.fp8" not in text and ".name" not in text and "train.seed=" not in text
+            box = card.bounding_box()
+            assert card.evaluate(ABOVE_THE_FOLD_JS), (
+                f"{sweep_name}'s chart is not whole above the fold at 1400x900: {box}"
+            )
+            if os.environ.get("ABLATE_WRITE_DOCS") == "1":
+                shutil.copyfile(shot, ROOT / "docs" / "images" / shot.name)
+        browser.close()
+    state = json.loads(json.loads(client.get_experiment_by_name("precision").tags[SHARED_VIEW_PREFIX + "sw"])["state"])
+    parallel = next(c for c in state["compareRunCharts"] if c["type"] == "PARALLEL")
+    assert parallel["selectedParams"][:2] == ["precision.name", "train.seed"]
 
 
 @pytest.fixture(scope="module")

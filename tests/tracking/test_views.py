@@ -146,6 +146,56 @@ def test_the_legend_lists_every_run_until_they_overflow_its_two_lines_then_group
     assert views.legend_groups(seeds_only) == []  # a group per run would list them all again
 
 
+PRECISIONS = {"fp32": "None", "bf16": "None", "fp16": "None", "fp8_tensorwise_emulated": "tensorwise"}
+
+
+def demo_runs() -> list:
+    """The demo's runs as MLflow records them: precision.fp8 differs too, constant inside groups."""
+    return [
+        views.SweepRun(
+            f"{name}{seed}",
+            f"precision={name} train.seed={seed}",
+            {"precision.name": name, "precision.fp8": fp8, "train.seed": str(seed), "model.name": "nano"},
+        )
+        for name, fp8 in PRECISIONS.items()
+        for seed in range(3)
+    ]
+
+
+def test_the_demo_is_grouped_by_the_swept_precision_never_a_sub_key():
+    runs = demo_runs()
+    assert views.legend_groups(runs, ["precision", "train.seed"]) == ["precision.name"]
+    assert views.parallel_params(runs, ["precision", "train.seed"]) == ["precision.name", "train.seed"]
+    # without the swept keys (an older ablate's view): precision.fp8 would have been picked
+    assert views.legend_groups(runs) == ["precision.fp8"]
+
+
+def test_a_ladder_is_grouped_by_size_and_budget_its_seeds_averaged():
+    runs = [
+        views.SweepRun(
+            f"{m}{d}{s}",
+            f"model={m} train.seed={s} train.tokens={d}",
+            {"model.name": m, "model.n_embd": e, "train.tokens": d, "train.seed": str(s), "optim.schedule": "wsd"},
+        )
+        for m, e in (("pico", "16"), ("nano", "48"), ("micro", "64"), ("tiny", "128"))
+        for d in ("262144", "524288", "1048576")
+        for s in range(2)
+    ]
+    swept = ["model", "train.seed", "train.tokens"]
+    assert views.legend_groups(runs, swept) == ["model.name", "train.tokens"]
+    assert views.parallel_params(runs, swept)[:3] == ["model.name", "train.seed", "train.tokens"]
+    state = views.view_state(
+        ["s"], [r.run_id for r in runs], **{"swept": ["model.name"], "group_by": ["model.name", "train.tokens"]}
+    )
+    assert [k["groupByData"] for k in state["groupBy"]["groupByKeys"]] == ["model.name", "train.tokens"]
+
+
+def test_a_swept_key_no_run_records_is_passed_over():
+    runs = demo_runs()
+    assert views.swept_param("+ablation", [r.params for r in runs]) is None
+    assert views.legend_groups(runs, ["+ablation", "precision"]) == ["precision.name"]
+
+
 def test_too_many_runs_to_list_fall_back_to_the_sweep_tag(store, name):
     client = MlflowClient(store)
     eid = ensure_experiment(store, name)

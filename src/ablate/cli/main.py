@@ -103,6 +103,18 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def refuse_unknown_command(word: str) -> None:
+    """A first word that is neither a command nor an override (KEY=VALUE) nor a flag: a mistyped
+    command, named in one line with the closest commands, where Hydra would say "missing EQUAL"."""
+    from difflib import get_close_matches
+
+    from ablate.cli.common import fail
+
+    close = get_close_matches(word, COMMANDS, n=2, cutoff=0.5)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    fail(f"unknown command {word!r}: {hint}(valid: {', '.join(COMMANDS)}; or overrides KEY=VALUE for {DEFAULT})")
+
+
 def versions() -> str:
     """`ablate --version`: ablate's, then those of what its results depend on most."""
     from ablate.provenance import ablate_version, torch_version
@@ -149,6 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     if any(a in COMPLETION_FLAGS for a in argv) and "query=" in " ".join(argv) and "COMP_LINE" in os.environ:
         complete(argv, os.environ)
         return
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-") and "=" not in argv[0]:
+        refuse_unknown_command(argv[0])
     name = argv[0] if argv and argv[0] in COMMANDS else DEFAULT
     args = argv[1:] if argv and argv[0] == name else argv
     module_name, _, style = COMMANDS[name]

@@ -408,10 +408,15 @@ def save_view(client, info: dict, summary: SweepSummary) -> None:
     )
     sweep_ids = [s for s in dict.fromkeys([info["sweep_id"], *(r.data.tags.get(SWEEP_TAG) for r in found)]) if s]
     name = info.get("view_name") or f"sweep {info.get('name', 'sweep')}"
+    # A WSD trunk's curve is its branches' up to their forks (each branch's history starts at step 0):
+    # the view draws the branches, one line a size and budget, not a trunk beside them.
+    trunks = {r.mlflow_run_id for r in summary.rows if r.kind == "trunk"}
     runs = [views.SweepRun(r.info.run_id, r.info.run_name, r.data.params) for r in found]
     runs = [r for r in runs if r.run_id != info["parent_run_id"]]
+    runs = [r for r in runs if r.run_id not in trunks] or runs
+    swept = list(dict.fromkeys(k for r in summary.rows for k in r.overrides))
     views.log_curves(client, [r.run_id for r in runs])
-    views.save_sweep_view(client, info["experiment_id"], info["sweep_id"], name, sweep_ids, runs)
+    views.save_sweep_view(client, info["experiment_id"], info["sweep_id"], name, sweep_ids, runs, swept)
 
 
 def close_parent_run(info: dict, status: str, reason: str = "", artifacts=()) -> bool:

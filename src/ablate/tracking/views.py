@@ -55,6 +55,10 @@ SEED_KEY = "train.seed"
 # The legend strip: two lines of entries across the card. Its width is the full-row card's at a
 # 1400-px-wide window with MLflow's assistant panel open; an entry is a 24 px swatch, 4 + 16 px
 # margins and its label at about 7 px a character (12 px sans-serif).
+# The chart's card: at a 1400x900 window MLflow 3.17 draws the first card's top 470 px down (below
+# the description, the shared-view banner, the filters and the section header), so a card 400 px
+# high, legend included, ends above the fold (tests/cli/test_mlflow_ui.py checks it in Chromium).
+CARD_HEIGHT_PX = 400
 LEGEND_ROWS = 2
 LEGEND_WIDTH_PX = 760
 ENTRY_PX = 44
@@ -81,10 +85,11 @@ def view_state(
     sweep_ids: list[str],
     run_ids: list[str] | None = None,
     swept: list[str] | None = None,
-    group_by: list[str] | None = None,
+    group_by: list | None = None,
 ) -> dict:
     """The page state of the view (module doc). With `run_ids` the sweep has ended: CURVE on log
-    axes and, given `swept`, the parallel-coordinates chart; `group_by`: params to group the runs by."""
+    axes and, given `swept`, the parallel-coordinates chart; `group_by`: what to group the runs by,
+    each a param's name or a (mode, key) pair of MLflow's ("tag", "precision")."""
     if run_ids:
         quoted = ", ".join(f"'{r}'" for r in run_ids)
         search = f"attributes.run_id IN ({quoted})"
@@ -98,7 +103,7 @@ def view_state(
         "deleted": False,
         "isGenerated": True,
         "columns": 1,  # one chart across the whole width, its legend as wide as the page
-        "cardHeight": 560,
+        "cardHeight": CARD_HEIGHT_PX,
     }
     charts = [loss_chart(section["uuid"], ended=bool(run_ids))]
     if run_ids and swept:
@@ -107,7 +112,10 @@ def view_state(
     if group_by:
         grouping = {
             "aggregateFunction": "average",
-            "groupByKeys": [{"mode": "param", "groupByData": k} for k in group_by],
+            "groupByKeys": [
+                {"mode": "param", "groupByData": k} if isinstance(k, str) else {"mode": k[0], "groupByData": k[1]}
+                for k in group_by
+            ],
         }
     return {
         "searchFilter": search,
@@ -200,13 +208,31 @@ def legend_fits(labels: list[str], width_px: int = LEGEND_WIDTH_PX, rows: int = 
     return lines <= rows
 
 
-def legend_groups(runs: list[SweepRun]) -> list[str]:
+def swept_param(key: str, params: list[dict]) -> str | None:
+    """The MLflow param that holds a swept key as the user wrote it: the key itself (train.seed,
+    optim.lr), or a config group's name (precision -> precision.name, model -> model.name), whose
+    values are the names the user chose; None where the runs record neither."""
+    key = key.lstrip("+~")
+    for candidate in (key, f"{key}.name"):
+        if params and all(candidate in p for p in params):
+            return candidate
+    return None
+
+
+def legend_groups(runs: list[SweepRun], swept: list[str] | None = None) -> list[str]:
     """The params to group the runs by in the chart: none when every run's entry fits in the
-    legend, else the swept param with the fewest values, one whose values are names first and
-    seeds last (a group of seeds is one configuration, its spread the band around the line)."""
+    legend; else the keys the sweep swept (`swept`, as the user wrote them; its seed left out, so a
+    group is one configuration's seeds, their spread the band around its line), each by the param
+    that records it, those that differ between the runs. Without `swept` (a view saved by an older
+    ablate), the differing param with the fewest values, names before numbers and seeds last."""
     if legend_fits([f"{r.name} ({CURVE})" for r in runs]):
         return []
     params = [r.params for r in runs]
+    if swept:
+        keys = [swept_param(k, params) for k in swept if k.lstrip("+~") != SEED_KEY]
+        keys = list(dict.fromkeys(k for k in keys if k and len({p[k] for p in params}) > 1))
+        if keys and len({tuple(p[k] for k in keys) for p in params}) < len(runs):
+            return keys
     keys = [k for k in differing(params) if len({p[k] for p in params}) < len(runs)]  # a group holds two runs or more
     if not keys:
         return []
@@ -214,6 +240,34 @@ def legend_groups(runs: list[SweepRun]) -> list[str]:
     return [
         min(keys, key=lambda k: (k == SEED_KEY, all(_number(p[k]) for p in params), len({p[k] for p in params}), k))
     ]
+
+
+def tag_groups(client, runs: list[SweepRun], swept: list[str] | None) -> list:
+    """What the view groups by (legend_groups), each swept key as the user wrote it: MLflow names a
+    group by its keys ("model.name: nano, train.tokens: 262144" where two are grouped), so each run
+    gets a tag per grouped key named as it was swept (model, precision, train.tokens) holding its
+    value, and the view groups by those tags ("model: nano, train.tokens: 262144")."""
+    from mlflow.entities import RunTag
+
+    groups = legend_groups(runs, swept)
+    params = [r.params for r in runs]
+    named = {swept_param(k, params): k.lstrip("+~") for k in swept or []}
+    tags = {g: named[g] for g in groups if g in named}
+    if not tags:
+        return groups
+    for r in runs:
+        client.log_batch(r.run_id, tags=[RunTag(name, r.params[g]) for g, name in tags.items()])
+    return [("tag", tags[g]) if g in tags else g for g in groups]
+
+
+def parallel_params(runs: list[SweepRun], swept: list[str] | None = None) -> list[str]:
+    """The axes of the parallel-coordinates chart: every swept key that differs between the runs,
+    by the param that records it (names too: MLflow draws them as categories), then any other
+    numeric param they differ in."""
+    params = [r.params for r in runs]
+    keys = [swept_param(k, params) for k in swept or []]
+    keys = [k for k in keys if k and len({p[k] for p in params}) > 1]
+    return list(dict.fromkeys([*keys, *swept_params(params)]))
 
 
 def log_curves(client, run_ids: list[str]) -> list[str]:
@@ -257,11 +311,19 @@ def views_supported() -> bool:
 
 
 def save_sweep_view(
-    client, experiment_id: str, sweep_id: str, name: str, sweep_ids: list[str], runs: list[SweepRun] | None = None
+    client,
+    experiment_id: str,
+    sweep_id: str,
+    name: str,
+    sweep_ids: list[str],
+    runs: list[SweepRun] | None = None,
+    swept: list[str] | None = None,
 ) -> str:
     """Write (or rewrite) the sweep's saved view and list it in the experiment's description.
     `runs`: the ended sweep's runs, its parent left out, their CURVE logged (log_curves); None
-    while it runs. Returns the view's link (see `link`)."""
+    while it runs. `swept`: the keys the sweep varied, as the user wrote them (precision, model,
+    train.seed), which the chart groups by and the parallel coordinates show. Returns the view's
+    link (see `link`); "" where the installed MLflow's UI is not the one the view is written for."""
     if not views_supported():
         if runs is None:  # once a sweep: at its start
             print(
@@ -277,7 +339,7 @@ def save_sweep_view(
     now = int(time.time() * 1000)
     if runs:
         run_ids = [r.run_id for r in runs]
-        chosen = {"swept": swept_params([r.params for r in runs]), "group_by": legend_groups(runs)}
+        chosen = {"swept": parallel_params(runs, swept), "group_by": tag_groups(client, runs, swept)}
         value = _envelope(name, created or now, now, view_state(sweep_ids, run_ids, **chosen))
         if len(value) > MAX_TAG_VALUE:  # too many runs to list by id: select them by sweep tag
             value = _envelope(name, created or now, now, view_state(sweep_ids, **chosen))
