@@ -8,7 +8,7 @@ takes every path on a CPU with a tiny model, for the tests).
    the warm-up), the bare loop by torch.cuda.synchronize() around its steps after a warm-up. Target:
    trainer >= 0.97x bare at every batch. MFU of each.
 2. Float8: bf16 against torchao's fp8 tensorwise and rowwise (the project's policies, compiled), a
-   GPT of 4 blocks at widths 768, 2048 and 4096 (head dimension 64, an 8,192-token vocabulary, so
+   GPT of 2 blocks at widths 768, 2048 and 4096 (head dimension 64, an 8,192-token vocabulary, so
    that the blocks' matmuls are the step), 8 x 1,024 tokens a step. The crossover width: the
    smallest measured width from which fp8 is faster than bf16 at every larger measured width.
 3. Memory: torch.cuda.max_memory_allocated over the trainer's steps against perf/memory.py's model
@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -67,7 +69,7 @@ class Plan:
         self.hardware = "cpu" if dry_run else hardware
         self.model = "nano" if dry_run else "gpt2_124m"
         self.batches = (2, 4) if dry_run else BATCHES
-        self.steps = 6 if dry_run else 40
+        self.steps = 6 if dry_run else 30
         self.log_interval = 2 if dry_run else 10
         self.compile = not dry_run
         self.widths = (32, 64) if dry_run else WIDTHS
@@ -109,7 +111,13 @@ def synchronize(device: str) -> None:
 def trainer_arm(cfg, tmp: Path) -> dict:
     """One whole run of the trainer in this process (tracking off): its own steady figures."""
     prepared = prepare(cfg)
-    result = Trainer(prepared, Tracker(), tmp / "state", tmp / "out").train(None)
+    # its checkpoints in memory where there is a tmpfs: writing them is not what this arm measures
+    shm = Path("/dev/shm")
+    state = Path(tempfile.mkdtemp(dir=shm)) if shm.is_dir() and os.access(shm, os.W_OK) else tmp / "state"
+    try:
+        result = Trainer(prepared, Tracker(), state, tmp / "out").train(None)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
     return {
         "tokens_per_s": result.tokens_per_s,
         "mfu": result.mfu,
@@ -154,10 +162,13 @@ def bare_arm(cfg, warmup: int) -> dict:
     synchronize(device)
     seconds = time.perf_counter() - start
     tokens_per_s = (total - warmup) * c.train.batch_size * c.model.block_size / seconds
+    attained = tokens_per_s * accounting.flops_per_token(c.model)
     peak = prepared.hardware.peak_for(c.precision)
+    if peak and attained > peak:  # a CPU peak measured on a busy machine: raised, as the trainer does
+        peak = prepared.hardware.raise_peak(c.precision, attained)
     return {
         "tokens_per_s": tokens_per_s,
-        "mfu": tokens_per_s * accounting.flops_per_token(c.model) / peak if peak else None,
+        "mfu": attained / peak if peak else None,
         "final_loss": float(loss.item()),
     }
 
@@ -214,7 +225,7 @@ def fp8_sweep(plan: Plan, tmp: Path, deadline: float) -> dict:
             fresh_compile()
             overrides = {
                 "precision": policy,
-                "model.n_layer": 2 if plan.dry else 4,
+                "model.n_layer": 2,
                 "model.n_embd": width,
                 "model.n_head": max(1, width // 64) if not plan.dry else 2,
                 "model.vocab_size": None if plan.dry else 8192,
@@ -234,7 +245,7 @@ def fp8_sweep(plan: Plan, tmp: Path, deadline: float) -> dict:
         "policies": [plan.baseline, *plan.fp8],
         "rows": rows,
         "crossover_width": {p: crossover(rows, p, plan.baseline) for p in plan.fp8},
-        "model": "4 blocks, head dim 64, vocabulary 8192, 8 x 1024 tokens a step" if not plan.dry else "dry run",
+        "model": "2 blocks, head dim 64, vocabulary 8192, 8 x 1024 tokens a step" if not plan.dry else "dry run",
     }
 
 
@@ -279,7 +290,7 @@ def _ratio(t: dict) -> dict:
 
 def checkpoint_cost(plan: Plan, tmp: Path, model: str, repeats: int = 3) -> dict:
     """One checkpoint's step-path seconds, synchronous against background, for `model`'s state."""
-    prepared = prepare(plan.config(tmp / "ckpt", model=model, **{"train.compile": False}))
+    prepared = prepare(plan.config(tmp / "ckpt", model=model, **{"train.compile": False, "train.batch_size": 1}))
     c, device = prepared.cfg, prepared.hardware.device
     net = GPT(c.model).to(device)
     optimizer = build_optimizer(net, c.optim)

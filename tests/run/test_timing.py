@@ -120,3 +120,19 @@ def test_warm_up_is_the_first_step_and_every_interval_that_compiled(monkeypatch)
     assert timing.steady_steps == 6 and timing.steady_s == 6.0
     assert timing.compile_s() == pytest.approx(40.0 - 3 * 1.0)
     assert clock.syncs == 2  # at begin and after the first step; reading the loss is the caller's
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("per_block", [False, True], ids=["whole", "blocks"])
+def test_a_compiled_run_reports_its_compilation_apart_from_its_steady_speed(run_config, tmp_path, per_block):
+    """torch.compile on this CPU (whole model, or each block apart): the first step holds the
+    compilation; the steady tokens/s leaves it out and compile_s is what it added."""
+    overrides = {"train.steps": 8, "train.log_interval": 2, "train.eval_interval": 8, "train.compile": True}
+    trainer, result, written = train_on(
+        DeviceClock("cpu"), run_config, tmp_path, **overrides, **{"train.compile_blocks": per_block}
+    )
+    assert written["warmup_steps"] >= 1 and trainer.timing.steady_steps >= 1
+    assert written["compile_s"] > 0
+    steady_step_s = trainer.timing.steady_s / trainer.timing.steady_steps
+    assert trainer.timing.warmup_s > steady_step_s * written["warmup_steps"]  # compiling took longer than a step
+    assert written["tokens_per_s"] == pytest.approx(trainer.tokens_per_step / steady_step_s)

@@ -24,8 +24,17 @@ class ProcessSettings:
     workers: int | None = None  # runs at once; None: one per core
     threads_per_job: int | None = None  # torch threads per run; None: cores // workers
     stop_timeout_s: float = 60.0  # after SIGTERM, how long a job may take to stop before SIGKILL
+    # The GPUs shared out among the runs (indices or UUIDs, as CUDA_VISIBLE_DEVICES takes them);
+    # None: every GPU this machine lets the launcher see. Each run at once holds gpus_per_job of
+    # them (more than one: a DDP run per job); workers is at most len(gpus) // gpus_per_job.
+    gpus: list[str] | None = None
+    gpus_per_job: int = 1
 
     def validate(self) -> None:
+        if self.gpus_per_job < 1:
+            raise ConfigError(
+                f"hydra.launcher.gpus_per_job={self.gpus_per_job} is invalid (valid: a whole number >= 1)"
+            )
         for key in ("workers", "threads_per_job"):
             value = getattr(self, key)
             if value is not None and value < 1:

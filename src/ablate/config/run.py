@@ -427,6 +427,9 @@ class TrainConfig:
     checkpoint_interval: int = 100
     seed: int = 0
     compile: bool = False
+    # With compile: torch.compile each transformer block apart (as torchtitan does) instead of the
+    # whole model: the blocks share one compiled graph, compiled once, and the rest runs eagerly.
+    compile_blocks: bool = False
     progress: bool = True
     # Seconds between batched MLflow flushes (metrics are buffered, never logged per step).
     flush_interval_s: float = 10.0

@@ -123,7 +123,11 @@ class Trainer:
         if self.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()  # result.measured_peak: this run's steps only
         wrapped = distributed.wrap(model)  # DDP when this run has several ranks
-        self.forward = torch.compile(wrapped) if self.cfg.train.compile else wrapped
+        if self.cfg.train.compile and self.cfg.train.compile_blocks:
+            for block in model.blocks:  # one graph for every block, compiled once (nn.Module.compile)
+                block.compile()
+        whole = self.cfg.train.compile and not self.cfg.train.compile_blocks
+        self.forward = torch.compile(wrapped) if whole else wrapped
         c = self.cfg
         self.batches = TrainBatches(
             self.p.data.train,
