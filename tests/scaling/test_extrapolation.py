@@ -80,9 +80,10 @@ def test_the_fits_own_bands_decide_every_trusted_prediction(clean):
 
 def test_a_planted_one_sign_drift_is_corrected_within_its_interval(coarse_grid):
     """Fit below the top 1.2 decades of a ladder whose larger runs gain more than the form says: the
-    law alone predicts every run past the data too high (by 2.3% to 4.8%); moved by the share of the
-    drift the refits below cuts show carries on (0.79 of 0.021 per decade), every prediction is closer
-    (1.3% to 2.7%: a curvature grows faster than any drift), and the truth lies inside the interval."""
+    law alone predicts every run past the data too high (by 2.3% to 4.8%); moved by the drift the
+    refits below cuts share (-0.021 per decade, 0.99 of it left by its standard error), every
+    prediction is closer (1.0% to 2.1%: a curvature grows faster than any drift), and the truth lies
+    inside the interval."""
     points = ladder(0.02, 2)
     logC = np.log10(points.C)
     cut = logC.max() - 1.2
@@ -94,9 +95,9 @@ def test_a_planted_one_sign_drift_is_corrected_within_its_interval(coarse_grid):
     before, _, _ = law_only.loss_band(N, D, C)
     value, lo, hi = corrected.loss_band(N, D, C)
     assert above.size >= 5 and np.all(before > L)  # one sign: every prediction past the data too high
-    assert corrected.calibration.drift < 0 and corrected.calibration.drift_share > 0.5
+    assert corrected.calibration.drift < 0 and corrected.calibration.drift_share > 0.9
     assert np.all(np.abs(value / L - 1) < np.abs(before / L - 1))
-    assert np.median(np.abs(value / L - 1)) < 0.7 * np.median(np.abs(before / L - 1))
+    assert np.median(np.abs(value / L - 1)) < 0.6 * np.median(np.abs(before / L - 1))
     assert np.all((lo <= L) & (L <= hi))
 
 

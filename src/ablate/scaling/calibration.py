@@ -16,10 +16,16 @@ combined as
 (the bootstrap's half-width is already a 95% one; the two Gaussian terms are scaled to it). The
 interval holds both readings of the cuts' history: that the law's error past the data has no mean
 (an interval about the law), and that it goes on drifting as the refits below cuts did (the same
-interval moved by mu d), so it is widened on the side the cuts drifted to. The prediction itself
-stays the law's value. Neither reading alone covers: on Epoch's Chinchilla points the drift inside
-the data does not carry on past it (moving the interval drops coverage half a decade out to 84%),
-on this project's first text ladder it did, and grew (an interval about the law held 86%).
+interval moved by mu d), so it is widened on the side the cuts drifted to. Neither reading alone
+covers: on Epoch's Chinchilla points the drift inside the data does not carry on past it (moving the
+interval drops coverage half a decade out to 84%), on this project's first text ladder it did, and
+grew (an interval about the law held 86%).
+
+The prediction is the law's value (HULL), or (ADAPTIVE, the default) that value moved by s mu d,
+s = max(0, 1 - se^2 / mu^2) the share of the drift its own standard error leaves standing
+(adaptive()); either stays inside the interval. ADAPTIVE also keeps the interval's own backtest by
+distance (CoverageBand), which the verdict reads: no prediction is trusted where the cuts' held-out
+runs fell outside it too often.
 
 Both sigma_run and (mu, kappa) come from refits below cuts inside the data (CUT_FRACTIONS of the runs'
 log-C span). Each refit, with its own small bootstrap (CALIBRATION_BOOT resamples), predicts the runs
