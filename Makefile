@@ -42,9 +42,20 @@ corpus:
 # (src/ablate/conf/sweep/precision.yaml); ends with the table, each policy's loss difference
 # against fp32 with its 95% interval over the seeds, the plots and where to look next. DEMO_ARGS
 # adds overrides (e.g. DEMO_ARGS=train.steps=400).
+# It installs only what the demo runs: ablate with torchao (its fp8 arms), at the lock's versions,
+# without the tests' and linters' tools (`make install` adds them).
 DEMO_ARGS ?=
-demo: install
+demo: $(VENV)/.demo-installed
 	@$(PY) -m ablate +sweep=precision $(DEMO_ARGS)
+
+$(VENV)/.demo-installed: pyproject.toml requirements.lock
+	@echo "installing what the demo needs into $(VENV) (torch, MLflow, Hydra, torchao; a few minutes the first time; log: $(VENV)/install.log)"
+	@python3 -m venv $(VENV)
+	@( $(PY) -m pip install -q --disable-pip-version-check --upgrade pip \
+	  && $(PY) -m pip install -q --disable-pip-version-check torch==2.13.0 \
+	  && $(PY) -m pip install -q --disable-pip-version-check -c requirements.lock -e '.[fp8]' ) > $(VENV)/install.log 2>&1 \
+	  || { tail -n 30 $(VENV)/install.log; echo "error: the install failed (full log: $(VENV)/install.log)"; exit 1; }
+	@touch $@
 
 # Starts the services the tests use (a local SLURM cluster), then runs every test, the 25 slowest
 # listed last; a test whose service is missing fails here (ABLATE_REQUIRE_SERVICES=1) instead of skipping.

@@ -29,3 +29,32 @@ def test_a_run_with_progress_off_logs_nothing(monkeypatch, caplog):
     bar = progress.RunProgress(total=10, start=0, enabled=False, label="nano/fp32")
     bar.update(5, 2.5, 1000.0)
     assert not caplog.records
+
+
+def test_a_sweep_counts_no_unsupported_job_as_done_and_reports_a_trunks_final_branch(tmp_path, capsys):
+    """The sweep line counts runs this hardware can run (an unsupported job is said, not counted),
+    and a WSD trunk's job ends with the loss of its largest budget's branch, not the trunk's."""
+    import json
+
+    from ablate.run.progress import SweepProgress, WatchedJob
+
+    jobs = [
+        WatchedJob(0, tmp_path / "0", 0.0, "precision=fp8_tensorwise", counted=False),
+        WatchedJob(1, tmp_path / "1", 1e9, "model=nano"),
+        WatchedJob(2, tmp_path / "2", 1e9, "model=micro"),
+    ]
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / "result.json").write_text(json.dumps({"status": "unsupported"}))
+    trunk = {"status": "finished", "kind": "trunk", "final_val_loss": 5.0613, "tokens": 1048576}
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "result.json").write_text(json.dumps(trunk))
+    for tokens, loss in ((262144, 5.4), (1048576, 4.9357), (524288, 5.1)):
+        branch = tmp_path / "1" / "branches" / f"tokens={tokens}"
+        branch.mkdir(parents=True)
+        (branch / "result.json").write_text(json.dumps({"tokens": tokens, "final_val_loss": loss}))
+    progress = SweepProgress("ladder", jobs, enabled=False)
+    progress.poll()
+    err = capsys.readouterr().err
+    assert "sweep ladder: #0 precision=fp8_tensorwise: unsupported here, not counted" in err
+    assert "sweep ladder: 1/2 done" in err and "val loss 4.9357 (branch tokens=1048576)" in err
+    assert progress.counts() == (1, 2)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.files import read_regular, write_json
+from ablate.run.result import BRANCHES_DIR
 
 STATUS_EVERY_S = 1.0
 # Without a terminal (output piped or sent to a log file) there is no bar: a plain line this often
@@ -137,6 +138,7 @@ class WatchedJob:
     done: bool = False
     fraction: float = 0.0  # of the whole run, done so far
     resumed_at: float = 0.0  # fraction done before this launch (a run resumed from a checkpoint)
+    counted: bool = True  # False for a job this hardware cannot run: reported, never counted as done
 
 
 class SweepProgress:
@@ -222,7 +224,8 @@ class SweepProgress:
         return (time.time() - self.started) * left / done
 
     def counts(self) -> tuple[int, int]:
-        return sum(j.done for j in self.jobs), len(self.jobs)
+        """(runs done, runs to do): a job unsupported here is neither."""
+        return sum(j.done and j.counted for j in self.jobs), sum(j.counted for j in self.jobs)
 
     def _show(self, running: list) -> None:
         if self.bar is None:
@@ -237,9 +240,11 @@ class SweepProgress:
         self.bar.refresh()
 
     def _finished_line(self, job: WatchedJob, result: dict) -> str:
+        if not job.counted:
+            return f"sweep {self.name}: #{job.num} {job.label}: {result.get('status', '?')} here, not counted"
         done, total = self.counts()
-        loss = result.get("final_val_loss")
-        what = result.get("status", "?") + (f", val loss {loss:.4f}" if loss is not None else "")
+        loss, which = final_loss(job.job_dir, result)
+        what = result.get("status", "?") + (f", val loss {loss:.4f}{which}" if loss is not None else "")
         return f"sweep {self.name}: {done}/{total} done, ETA {_duration(self.eta_s())}: #{job.num} {job.label}: {what}"
 
     def _say(self, line: str) -> None:
@@ -247,6 +252,26 @@ class SweepProgress:
             self.bar.write(line, file=sys.stderr)
         else:
             print(line, file=sys.stderr, flush=True)
+
+
+def final_loss(job_dir: Path, result: dict) -> tuple[float | None, str]:
+    """The job's final validation loss and what it is of: a WSD trunk's job ends with its cooldown
+    branches (run/branches.py), and its final loss is its largest budget's branch's, not the
+    constant-rate trunk's (" (branch tokens=...)"); any other job's is its own ("")."""
+    if result.get("kind") != "trunk":
+        return result.get("final_val_loss"), ""
+    branches = []
+    for d in (job_dir / BRANCHES_DIR).glob("*=*"):
+        try:
+            doc = json.loads(read_regular(d / "result.json"))
+            branches.append((float(doc["tokens"]), doc["final_val_loss"], d.name))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    finished = [b for b in branches if b[1] is not None]
+    if not finished:
+        return result.get("final_val_loss"), " (trunk)"
+    _, loss, name = max(finished)
+    return loss, f" (branch {name})"
 
 
 def _fresh_json(path: Path, since: float) -> dict | None:

@@ -241,7 +241,13 @@ class SweepCallback(Callback):
 
 def _watched(jobs: list) -> list[WatchedJob]:
     return [
-        WatchedJob(j.num, Path(j.job_dir), j.cost_flops if j.action in ("run", "resume") else 0.0, j.label)
+        WatchedJob(
+            j.num,
+            Path(j.job_dir),
+            j.cost_flops if j.action in ("run", "resume") else 0.0,
+            j.label,
+            counted=j.action != "unsupported",
+        )
         for j in jobs
     ]
 
