@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import resource
 import shutil
+import signal
+import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +36,7 @@ META = "meta.json"
 TOKENIZER = "tokenizer.json"
 MIN_VOCAB = 257  # the 256 bytes and at least one merge
 MAX_VOCAB = 1 << 32
+MIN_SPLIT_TOKENS = 64  # femto's and nano's context: each split holds at least one block and its target
 BATCH_BYTES = 1 << 20  # text encoded per batch (encode_batch runs in parallel inside tokenizers)
 
 
@@ -51,14 +58,66 @@ class PreparedMeta:
         return asdict(self)
 
 
-def train_bpe(chunks: list[bytes], vocab_size: int, progress: bool = False):
-    """A byte-level BPE tokenizer with `vocab_size` entries, trained on `chunks` (the train split)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+# A run of text without whitespace longer than this is cut into pieces of this many characters
+# before BPE sees it: normal words are far shorter, and one "word" of megabytes (a file of NUL bytes,
+# minified text) made each merge rescan it, so training took minutes and gigabytes (tokenizers
+# keeps a word as one sequence of symbols; Sennrich et al.'s algorithm merges within words).
+MAX_WORD = 256
+# Bounds on training, proportional to the text: time (s) and memory (bytes) of the training process.
+TRAIN_S_BASE, TRAIN_S_PER_MB = 60.0, 30.0
+TRAIN_MEM_BASE, TRAIN_MEM_PER_BYTE = 2 << 30, 60
 
+
+def pre_tokenizer():
+    """Byte-level pre-tokenization (GPT-2's), with runs without whitespace cut at MAX_WORD characters."""
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(rf"[^\s]{{{MAX_WORD}}}"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
+    )
+
+
+def check_distinct(chunks: list[bytes], vocab_size: int) -> None:
+    """Refuse, before training, text with too little in it for `vocab_size`: each merge joins two
+    symbols of one distinct word, so the merges possible are at most the sum over distinct words
+    (whitespace-free runs, cut at MAX_WORD) of their length - 1 (a file of one repeated character
+    allows about 255). ConfigError (one line) otherwise."""
+    words: set[bytes] = set()
+    for chunk in chunks:
+        words.update(re.findall(rb"\S{1,%d}" % MAX_WORD, chunk))
+    possible = 256 + sum(len(w) - 1 for w in words)
+    if possible < vocab_size:
+        raise ConfigError(
+            f"vocab_size={vocab_size}: the training text has {len(words):,} distinct words, room for at most "
+            f"{possible:,} tokens (valid: more varied text, or vocab_size <= {max(MIN_VOCAB, possible):,})"
+        )
+
+
+def train_bpe(chunks: list[bytes], vocab_size: int, progress: bool = False):
+    """A byte-level BPE tokenizer with `vocab_size` entries, trained on `chunks` (the train split),
+    in a process of its own, bounded in time and memory in proportion to the text (TRAIN_*): the
+    library's training is one call that no signal interrupts, so Ctrl-C or SIGTERM here stops that
+    process at once. Text too poor for the vocabulary is refused before (check_distinct)."""
     if not MIN_VOCAB <= vocab_size < MAX_VOCAB:
         raise ConfigError(f"vocab_size={vocab_size} is out of range (valid: {MIN_VOCAB} to {MAX_VOCAB - 1})")
+    check_distinct(chunks, vocab_size)
+    size = sum(map(len, chunks))
+    seconds = TRAIN_S_BASE + TRAIN_S_PER_MB * size / 1e6
+    memory = TRAIN_MEM_BASE + TRAIN_MEM_PER_BYTE * size
+    with tempfile.TemporaryDirectory(prefix="ablate-bpe-") as tmp:
+        saved = Path(tmp) / TOKENIZER
+        _bounded(lambda: _train(chunks, vocab_size, progress).save(str(saved)), seconds, memory, vocab_size)
+        return load_tokenizer(saved)
+
+
+def _train(chunks: list[bytes], vocab_size: int, progress: bool):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizer()
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -68,6 +127,45 @@ def train_bpe(chunks: list[bytes], vocab_size: int, progress: bool = False):
     )
     tok.train_from_iterator((_text(c) for c in chunks), trainer=trainer, length=len(chunks))
     return tok
+
+
+def _bounded(work: Callable[[], None], seconds: float, memory: int, vocab_size: int) -> None:
+    """work() in a forked process under RLIMIT_AS=memory, killed after `seconds`, or at once when
+    this process is interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM through cli/main.entry)."""
+    pid = os.fork()
+    if pid == 0:  # the child: train, save, exit without the parent's clean-up
+        code = 1
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+            work()
+            code = 0
+        except MemoryError:
+            code = 3
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                raise ConfigError(
+                    f"vocab_size={vocab_size}: training the tokenizer took over {seconds:.0f} s, its bound for this "
+                    "much text; stopped (valid: a smaller vocab_size or max_bytes, or more varied text)"
+                )
+            time.sleep(0.05)
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise ConfigError(
+            f"vocab_size={vocab_size}: training the tokenizer went past its memory bound ({memory / 2**30:.1f} GiB "
+            "for this much text) or failed (valid: a smaller vocab_size or max_bytes)"
+        )
 
 
 def load_tokenizer(path: Path):
@@ -121,6 +219,13 @@ def prepare(
             shutil.copyfile(tokenizer_file, stage / TOKENIZER)
         elif tokenizer_file is None:
             tok.save(str(stage / TOKENIZER))
+        short = {k: n for k, n in counts.items() if n <= MIN_SPLIT_TOKENS}
+        if short:
+            raise ConfigError(
+                f"the text encodes to {', '.join(f'{n:,} {k}' for k, n in short.items())} tokens, not one block of "
+                f"the smallest model's context ({MIN_SPLIT_TOKENS} tokens and its target) (valid: more text, "
+                "or a larger val_fraction)"
+            )
         val_bytes = sum(map(len, val))
         meta = PreparedMeta(
             vocab_size=vocab,
