@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field
@@ -109,7 +110,13 @@ def available_memory(hw: Hardware) -> int | None:
 
 
 def unsupported_reason(hw: Hardware, precision: PrecisionConfig) -> str | None:
-    """None when this machine's device can run `precision`, else one line saying why not (perf/support.py)."""
+    """None when this machine's device can run `precision`, else one line saying why not (perf/support.py);
+    an fp8 policy also needs torchao, an optional dependency (the fp8 extra)."""
+    if precision.fp8 and importlib.util.find_spec("torchao") is None:
+        return (
+            f"precision={precision.name} needs torchao, which is not installed (valid: pip install 'ablate[fp8]', "
+            f"a torchao release paired with torch {torch.__version__}, or another precision)"
+        )
     bf16 = torch.cuda.is_bf16_supported() if hw.device == "cuda" else True
     return support.unsupported_reason(precision, hw.device, hw.name, hw.cuda_capability, bf16)
 
