@@ -272,6 +272,18 @@ def _design(f: LawFacts, th: Thresholds) -> list[Reason]:
     return out
 
 
+def design_reasons(N: np.ndarray, D: np.ndarray, th: Thresholds | None = None, n_params: int = 5) -> list[Reason]:
+    """The reasons the fit's design check (_design) would give a law fitted to runs at sizes N and
+    token counts D (each (n,), one per run), before any of them is trained: a sweep can say what
+    its fit will say. n_params: the law's (approach 3's L = E + A/N^a + B/D^b: 5)."""
+    N, D = np.asarray(N, float), np.asarray(D, float)
+    facts = LawFacts(
+        True, "", np.ones(len(N)), np.zeros(len(N)), {"N": N, "D": D, "C": 6 * N * D}, ("N", "D"),
+        Estimate(0.0), (0.0, np.inf), False, {}, n_params, 0, 1.0,
+    )  # fmt: skip
+    return _design(facts, th or Thresholds())
+
+
 _AXIS = {"N": "sizes N", "D": "token counts D", "C": "FLOPs C", "N_non_embedding": "non-embedding sizes N"}
 
 
@@ -441,14 +453,15 @@ def _top_compute(f: LawFacts, noise: RunNoise, th: Thresholds) -> list[Reason]:
     above = math.exp(-mean) - 1
     runs = "the largest-compute run" if top.size == 1 else f"the {top.size} largest-compute runs"
     at = ", ".join(f"N={_g(f.axes['N'][i])}, D={_g(f.axes['D'][i])}" for i in top[:3]) if "N" in f.axes else ""
+    per = "" if top.size == 1 else f" (their mean, over the square root of {top.size})"
     return [
         Reason(
             "residual_trend",
             WIDE,
-            f"{runs} ({at}{', ...' if top.size > 3 else ''}, C={_g(float(C.max()))}) lie "
-            f"{100 * abs(above):.2g}% {'above' if above > 0 else 'below'} the law, {t:.1f} times the noise "
-            f"{_g(s)} (over the square root of {top.size}): the law bends away from the data where a prediction "
-            "past it starts",
+            f"{runs} ({at}{', ...' if top.size > 3 else ''}, C={_g(float(C.max()))}) "
+            f"{'lies' if top.size == 1 else 'lie'} {100 * abs(above):.2g}% {'above' if above > 0 else 'below'} the "
+            f"law, {t:.1f} times {_g(s)}{per}, the larger of the run-to-run noise and the runs' typical scatter "
+            "about the law: the law bends away from the data where a prediction past it starts",
         )
     ]
 
