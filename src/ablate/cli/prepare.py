@@ -60,6 +60,7 @@ def task(cfg) -> None:
                 tokenizer_file=Path(pc.tokenizer) if pc.tokenizer else None,
                 progress=bar.update,
                 val_split=pc.val_split,
+                eot=pc.eot,
             )
     except ConfigError as exc:
         fail(str(exc))

@@ -150,6 +150,7 @@ class PrepareConfig:
     val_fraction: float = 0.05
     val_split: str = "tail"  # tail | files, as data.val_split (data/corpus.py)
     progress: bool = True
+    eot: bool = True  # <|endoftext|> after each file (data/tokenizer.py), as GPT-2 and nanoGPT separate documents
 
     def validate(self) -> None:
         if not self.paths or not all(isinstance(p, str) and p.strip() for p in self.paths):

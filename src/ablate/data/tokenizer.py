@@ -4,7 +4,10 @@
 A prepared folder (`ablate prepare`, or data=text data.tokenizer=bpe, which caches one) holds:
     tokenizer.json    the tokenizer, in the `tokenizers` format
     train.bin val.bin token ids, little-endian uint16 (vocab <= 65536) or uint32: np.memmap them
-    meta.json         vocab_size, dtype, tokens and bytes per split, bytes_per_token, the sources
+    meta.json         vocab_size, dtype, tokens and bytes per split, bytes_per_token, the sources, eot_id
+With an end-of-text token (`ablate prepare`'s default, eot=true) each file's tokens are followed by
+<|endoftext|>, as GPT-2's training data and nanoGPT's prepare scripts separate documents: a model
+then sees where one file ends and the next begins instead of one file running on into the next.
 Byte-level BPE (Radford et al. 2019, GPT-2; Sennrich et al. 2016) starts from the 256 byte values,
 so every input is encodable; merges are learned on the training split only. bytes_per_token is
 the validation split's bytes over its tokens: a loss L in nats per token is L / ln 2 / bytes_per_token
@@ -38,6 +41,7 @@ MIN_VOCAB = 257  # the 256 bytes and at least one merge
 MAX_VOCAB = 1 << 32
 MIN_SPLIT_TOKENS = 64  # femto's and nano's context: each split holds at least one block and its target
 BATCH_BYTES = 1 << 20  # text encoded per batch (encode_batch runs in parallel inside tokenizers)
+EOT = "<|endoftext|>"  # GPT-2's document separator; a trained tokenizer gets it as a special token
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class PreparedMeta:
     sources: list
     fingerprint: str
     packages: dict = field(default_factory=dict)  # {Debian package: version} the text came from
+    eot_id: int | None = None  # the EOT token after each file; None: files run on into each other
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,11 +101,12 @@ def check_distinct(chunks: list[bytes], vocab_size: int) -> None:
         )
 
 
-def train_bpe(chunks: list[bytes], vocab_size: int, progress: bool = False):
+def train_bpe(chunks: list[bytes], vocab_size: int, progress: bool = False, special: tuple[str, ...] = ()):
     """A byte-level BPE tokenizer with `vocab_size` entries, trained on `chunks` (the train split),
     in a process of its own, bounded in time and memory in proportion to the text (TRAIN_*): the
     library's training is one call that no signal interrupts, so Ctrl-C or SIGTERM here stops that
-    process at once. Text too poor for the vocabulary is refused before (check_distinct)."""
+    process at once. Text too poor for the vocabulary is refused before (check_distinct). `special`:
+    tokens the vocabulary holds whole (EOT), counted in vocab_size."""
     if not MIN_VOCAB <= vocab_size < MAX_VOCAB:
         raise ConfigError(f"vocab_size={vocab_size} is out of range (valid: {MIN_VOCAB} to {MAX_VOCAB - 1})")
     check_distinct(chunks, vocab_size)
@@ -109,11 +115,11 @@ def train_bpe(chunks: list[bytes], vocab_size: int, progress: bool = False):
     memory = TRAIN_MEM_BASE + TRAIN_MEM_PER_BYTE * size
     with tempfile.TemporaryDirectory(prefix="ablate-bpe-") as tmp:
         saved = Path(tmp) / TOKENIZER
-        _bounded(lambda: _train(chunks, vocab_size, progress).save(str(saved)), seconds, memory, vocab_size)
+        _bounded(lambda: _train(chunks, vocab_size, progress, special).save(str(saved)), seconds, memory, vocab_size)
         return load_tokenizer(saved)
 
 
-def _train(chunks: list[bytes], vocab_size: int, progress: bool):
+def _train(chunks: list[bytes], vocab_size: int, progress: bool, special: tuple[str, ...] = ()):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -122,7 +128,7 @@ def _train(chunks: list[bytes], vocab_size: int, progress: bool):
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=[],
+        special_tokens=list(special),
         show_progress=progress,
     )
     tok.train_from_iterator((_text(c) for c in chunks), trainer=trainer, length=len(chunks))
@@ -191,13 +197,15 @@ def prepare(
     progress: Callable[[str, int, int], None] | None = None,
     val_split: str = "tail",
     key: str = "out",
+    eot: bool = False,
 ) -> PreparedMeta:
     """Train (or load) the tokenizer, encode both splits into token files, record it all.
 
     progress(phase, bytes_done, bytes_total) is called as the encoding goes. The files are written
     in a staging folder and moved into `out_dir` together once all are complete, meta.json last (a
     folder with it is a finished one): a full or read-only disk leaves none of them (WriteError,
-    one line naming `key`).
+    one line naming `key`). eot: an EOT token after each file (a trained tokenizer gets it; a
+    tokenizer brought must have it).
     """
     train, val = corpus.split(val_fraction, val_split)
     if tokenizer_file is not None:
@@ -206,15 +214,21 @@ def prepare(
     else:
         if vocab_size is None:
             raise ConfigError("vocab_size is missing (valid: a vocabulary size such as 4096, or an existing tokenizer)")
-        tok = train_bpe(train, vocab_size)
+        tok = train_bpe(train, vocab_size, special=(EOT,) if eot else ())
         source = "byte-level BPE trained on the train split"
+    eot_id = tok.token_to_id(EOT) if eot else None
+    if eot and eot_id is None:
+        raise ConfigError(
+            f"tokenizer={str(tokenizer_file)!r} has no {EOT} token to put between files "
+            "(valid: a tokenizer with one, GPT-2's has it; or eot=false)"
+        )
     vocab = tok.get_vocab_size()
     dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
     out_dir = Path(out_dir)
     with staged_folder(out_dir, last=META, key=key) as stage:
         counts = {}
         for split, chunks in (("train", train), ("val", val)):
-            counts[split] = encode_to_file(tok, chunks, stage / f"{split}.bin", dtype, progress, split)
+            counts[split] = encode_to_file(tok, chunks, stage / f"{split}.bin", dtype, progress, split, eot_id)
         if tokenizer_file is not None and Path(tokenizer_file).resolve() != (out_dir / TOKENIZER).resolve():
             shutil.copyfile(tokenizer_file, stage / TOKENIZER)
         elif tokenizer_file is None:
@@ -240,24 +254,29 @@ def prepare(
             + [f"... {len(corpus.files) - 20} more"] * (len(corpus.files) > 20),
             fingerprint=corpus.fingerprint(),
             packages=package_versions(corpus.files),
+            eot_id=eot_id,
         )
         (stage / META).write_text(json.dumps(meta.to_dict(), indent=2) + "\n")
     return meta
 
 
-def encode_to_file(tok, chunks: list[bytes], path: Path, dtype, progress=None, phase: str = "") -> int:
+def encode_to_file(
+    tok, chunks: list[bytes], path: Path, dtype, progress=None, phase: str = "", eot_id: int | None = None
+) -> int:
     """Encode `chunks` in batches and write the ids to `path` (a file in prepare's staging folder,
-    which makes the set atomic); returns the token count."""
+    which makes the set atomic), `eot_id` after each chunk's last piece when given; returns the
+    token count."""
     total = sum(map(len, chunks))
     done = 0
     count = 0
     with open(path, "wb") as f:
         for batch in _batches(chunks, BATCH_BYTES):
-            for enc in tok.encode_batch([_text(c) for c in batch], add_special_tokens=False):
-                ids = np.asarray(enc.ids, dtype=dtype)
+            encoded = tok.encode_batch([_text(piece) for piece, _ in batch], add_special_tokens=False)
+            for enc, (_, ends) in zip(encoded, batch, strict=True):
+                ids = np.asarray(enc.ids + ([eot_id] if ends and eot_id is not None else []), dtype=dtype)
                 f.write(ids.astype(ids.dtype.newbyteorder("<"), copy=False).tobytes())
                 count += len(ids)
-            done += sum(map(len, batch))
+            done += sum(len(piece) for piece, _ in batch)
             if progress is not None:
                 progress(phase, done, total)
     if count == 0:
@@ -295,11 +314,12 @@ def _text(chunk: bytes) -> str:
 
 
 def _batches(chunks: list[bytes], limit: int):
+    """Batches of (piece, whether it ends its chunk), about `limit` bytes each."""
     batch, size = [], 0
     for c in chunks:
         for i in range(0, len(c), limit):  # a huge file is encoded in pieces
             piece = c[i : i + limit]
-            batch.append(piece)
+            batch.append((piece, i + limit >= len(c)))
             size += len(piece)
             if size >= limit:
                 yield batch
