@@ -213,6 +213,7 @@ def test_backtest_prints_its_table_and_writes_it(cli, tmp_path):
     assert len(doc["cuts"]) == 2 and doc["by_distance"] and len(doc["runs"]) == sum(c["n_held"] for c in doc["cuts"])
     assert result.stdout.startswith(f"# Backtest of {points}: 20 runs, cuts [0.5, 0.75]")
     assert "| decades of compute past the largest fitted run |" in (out / "backtest.md").read_text()
+    assert (out / "backtest.png").read_bytes().startswith(b"\x89PNG")
     bad = cli(["points=x.csv", "cuts=[1.5]"], tmp_path, command="backtest")
     assert bad.returncode == 2 and "cuts=[1.5] is invalid" in bad.stderr
     scaling = ROOT / "experiments" / "scaling" / "sweep" / "points.csv"

@@ -4,6 +4,7 @@ largest compute named, and a held-out decision that says what happened to its ru
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 
 import numpy as np
@@ -127,3 +128,13 @@ def test_the_held_out_decision_says_where_its_one_run_fell(clean, grid_points, c
     assert "calibrated and sharp" not in decision
     moved = replace(h, runs=(replace(run, lo=run.actual * 1.01, hi=run.actual * 1.02),))
     assert "1 held-out run, outside its 95% interval" in moved.decision()
+
+
+def test_the_backtest_is_drawn_run_by_run_and_by_distance(grid_points, coarse_grid):
+    import matplotlib.image
+
+    from ablate.scaling.reports.backtest_plot import render_backtest
+
+    png = render_backtest(held_out(grid_points, 12, FitOptions(n_boot=10, grid=coarse_grid)))
+    image = matplotlib.image.imread(io.BytesIO(png), format="png")
+    assert png.startswith(b"\x89PNG") and image.shape[1] > image.shape[0] > 400

@@ -9,7 +9,9 @@ For each cut point (a fraction of the runs' log-compute span) the whole fit -- a
 bootstrap, its verdict and the calibration of its intervals -- sees only the runs below the cut and
 predicts every run above it. Prints the table by distance past the largest fitted run (decades of
 compute): held-out runs, how many fell inside their interval, the median error and interval width,
-the verdicts; writes DIR/backtest.json and DIR/backtest.md (default DIR: exports/NAME/backtest).
+the verdicts; writes DIR/backtest.json, DIR/backtest.md and DIR/backtest.png (each held-out run's
+prediction and interval against the loss it reached, by distance, and the coverage by distance;
+scaling/reports/backtest_plot.py) (default DIR: exports/NAME/backtest).
 The work is in scaling/backtest.py, the schema in config/fit.py; the points are read as `ablate fit`
 reads them (cli/fit.py).
 """
@@ -33,6 +35,7 @@ def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
     from ablate.scaling import FitInputError, backtest, backtest_markdown
+    from ablate.scaling.reports.backtest_plot import render_backtest
 
     try:
         bc = parse_backtest(OmegaConf.to_container(cfg, resolve=True))
@@ -47,6 +50,7 @@ def task(cfg) -> dict:
             {
                 bc.out_dir / "backtest.json": (json.dumps(doc, indent=2) + "\n").encode(),
                 bc.out_dir / "backtest.md": md.encode(),
+                bc.out_dir / "backtest.png": render_backtest(result),
             }
         )
     except (ConfigError, FitInputError) as exc:
