@@ -86,7 +86,27 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         fail(str(exc))
     print("\n".join(prediction.render(doc)))
+    settle = settling_runs(doc)
+    if settle:
+        print(settle)
     print(f"wrote {out}", file=sys.stderr)
+
+
+def settling_runs(doc: dict) -> str | None:
+    """For a prediction that is not determined, the runs that would determine it (scaling/predict.py's
+    runs_to_determine), each checked against the target's training split: a run that would read it
+    more than once is no fresh-data point."""
+    runs = doc.get("runs_to_determine") or []
+    if doc.get("predicted") is not None or not runs:
+        return None
+    split = doc.get("train_split_tokens")
+    named = "; ".join(
+        f"N={r['N']:.3g}, D={r['D']:.3g}"
+        + (" (more tokens than the training split holds)" if split and r["D"] > split else "")
+        for r in runs
+    )
+    corpus = f"; the training split holds {split:,} tokens" if split else ""
+    return f"runs that would determine it: {named}{corpus}"
 
 
 def make(fit: Path, out: Path, args: list[str]) -> dict:

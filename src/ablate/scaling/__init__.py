@@ -50,6 +50,7 @@ __all__, __getattr__, __dir__ = lazy_api(
         "fitting.bootstrap": ("Estimate",),
         "laws.chinchilla": ("e_bounds",),
         "verdict": ("Reason", "Verdict"),
+        "checks": ("Thresholds", "design_reasons"),
         "predict": ("FitOptions", "Prediction", "Predictor", "SuggestedRun", "TOKENS_PER_PARAM_RULE"),
         "backtest": ("Backtest",),
         "analysis": ("APPROACH3", "FitReport", "fit_all"),

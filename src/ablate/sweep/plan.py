@@ -44,6 +44,9 @@ class PlannedJob:
     reason: str = ""
     mlflow_run_id: str | None = None
     branch_hashes: list = field(default_factory=list)  # a trunk's job: its branches' config hashes
+    # (params, training tokens, tokens in its training split) of each run it makes: a trunk's job
+    # one per branch; what a law fitted to the sweep will see (sweep/design.py)
+    points: list = field(default_factory=list)
     cfg: object = field(default=None, repr=False)  # the parsed RunConfig (not serialized)
     composed: object = field(default=None, repr=False)  # its DictConfig as composed (not serialized)
 
@@ -104,8 +107,10 @@ def assess(jobs: list[PlannedJob]) -> list[PlannedJob]:
         try:
             if is_family(job.cfg):
                 job.config_hash, job.total_steps, job.cost_flops, job.branch_hashes = family_key(job.cfg, caches)
+                job.points = [caches[POINTS][h] for h in job.branch_hashes]
             else:
                 job.config_hash, job.total_steps, job.cost_flops = key(job.cfg, caches)
+                job.points = [caches[POINTS][job.config_hash]]
         except UnsupportedError as exc:
             if not job.cfg.skip_unsupported:
                 raise ConfigError(f"sweep job #{job.num} ({' '.join(job.overrides)}): {exc}") from None
@@ -113,6 +118,9 @@ def assess(jobs: list[PlannedJob]) -> list[PlannedJob]:
         except ConfigError as exc:
             raise ConfigError(f"sweep job #{job.num} ({' '.join(job.overrides)}): {exc}") from None
     return jobs
+
+
+POINTS = "points"  # caches[POINTS]: {config hash: (params, tokens, training split's tokens)}, filled by key
 
 
 def key(cfg, caches: dict) -> tuple[str, int, float]:
@@ -123,6 +131,7 @@ def key(cfg, caches: dict) -> tuple[str, int, float]:
 
     p = prepare.prepare(cfg, caches)
     tokens = p.total_steps * p.cfg.train.sequences_per_step * p.cfg.model.block_size
+    caches.setdefault(POINTS, {})[p.config_hash] = (accounting.params(p.cfg.model), tokens, len(p.data.train))
     return p.config_hash, p.total_steps, float(tokens * accounting.flops_per_token(p.cfg.model))
 
 
