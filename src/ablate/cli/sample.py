@@ -39,7 +39,27 @@ def task(cfg) -> dict:
     return {"out": str(out), "decode_tokens_per_s": made.speed.decode_tokens_per_s}
 
 
+# Keys whose values are paths or text: a cooldown branch's folder is named KEY=BUDGET
+# (branches/tokens=1.04858e+06), which Hydra's override grammar reads as a second `=`.
+VERBATIM_KEYS = ("run", "out", "prompt")
+
+
+def verbatim(argv: list[str]) -> list[str]:
+    """Each run=, out= and prompt= value as the user typed it, quoted for Hydra's grammar where it
+    holds a character the grammar would read ('=', a bracket, a comma, a quote): `run=.../tokens=1e6`
+    works as `run='.../tokens=1e6'` does. A value the user quoted already is left as it is."""
+    out = []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if eq and key in VERBATIM_KEYS and value[:1] not in ("'", '"') and any(c in value for c in "=[]{}(),'\" "):
+            quote = "'" if "'" not in value else '"'
+            value = quote + value.replace(quote, "\\" + quote) + quote
+        out.append(f"{key}{eq}{value}" if eq else arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = verbatim(sys.argv[1:] if argv is None else list(argv))
     hydra_main(task, config_name="sample", name="sample", summary=SUMMARY, example=EXAMPLE, argv=argv)
 
 
