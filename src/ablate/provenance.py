@@ -28,6 +28,7 @@ HASH_EXCLUDED = {
     "train.rerun",
     "train.retry_failed",
     "train.compile",
+    "train.activation_checkpointing",
     "train.compile_blocks",
     "train.profile",
     "train.profile_start",

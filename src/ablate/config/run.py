@@ -430,6 +430,9 @@ class TrainConfig:
     # With compile: torch.compile each transformer block apart (as torchtitan does) instead of the
     # whole model: the blocks share one compiled graph, compiled once, and the rest runs eagerly.
     compile_blocks: bool = False
+    # Each transformer block's activations recomputed in backward instead of kept (model/checkpointing.py):
+    # what `ablate plan` advises when a run does not fit, tried at small scale. Changes no number.
+    activation_checkpointing: bool = False
     progress: bool = True
     # Seconds between batched MLflow flushes (metrics are buffered, never logged per step).
     flush_interval_s: float = 10.0

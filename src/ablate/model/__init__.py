@@ -9,6 +9,7 @@ parts.py       a part of the user's own (PACKAGE.MODULE:CLASS): built and checke
 measure.py     a part's parameters, FLOPs (FlopCounterMode) and saved activations, measured
 accounting.py  params, params_non_embedding, flops_per_token, flops_6nd, mfu: the numbers every record uses
 precision.py   apply_precision: autocast, bf16 weights, loss scaling, fp8 (torchao's recipes or emulated)
+checkpointing.py checkpoint_blocks: activation checkpointing, each block recomputed in backward
 optim.py       build_optimizer (AdamW, Muon beside AdamW, muP per-layer rates, bf16 stochastic rounding) and
                lr_at (the schedule)
 """
@@ -22,6 +23,7 @@ __all__, __getattr__, __dir__ = lazy_api(
         "measure": ("measure_part",),
         "accounting": ("recorded_mfu",),
         "precision": ("apply_precision",),
+        "checkpointing": ("checkpoint_blocks",),
         "optim": ("build_optimizer", "cooldown_start", "lr_at"),
     },
     modules=("accounting",),

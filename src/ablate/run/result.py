@@ -197,7 +197,14 @@ def measured_peak(device: str) -> int | None:
 
 def step_memory(cfg, device: str) -> int:
     """One training step's peak as perf/memory.py models it, for one micro-batch."""
-    return gpu_memory(cfg.model, cfg.precision, cfg.train.batch_size, device=device, optimizer=cfg.optim.name).total
+    return gpu_memory(
+        cfg.model,
+        cfg.precision,
+        cfg.train.batch_size,
+        device=device,
+        checkpointing=cfg.train.activation_checkpointing,
+        optimizer=cfg.optim.name,
+    ).total
 
 
 def bits_per_byte(loss: float | None, bytes_per_token: float | None) -> float | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ablate.data import TrainBatches, get_val_batch
-from ablate.model import GPT, accounting, apply_precision, build_optimizer, lr_at, weight_shapes
+from ablate.model import GPT, accounting, apply_precision, build_optimizer, checkpoint_blocks, lr_at, weight_shapes
 from ablate.perf import DeviceClock, IntervalTimer, RunCapture, Timing, profiling
 from ablate.run import checkpoint, distributed, preemption
 from ablate.run.prepare import Prepared
@@ -106,6 +106,8 @@ class Trainer:
         model = GPT(self.cfg.model)
         self.runtime = apply_precision(model, self.cfg.precision, self.device)
         model.to(self.device)
+        if self.cfg.train.activation_checkpointing:  # before FSDP wraps the blocks, as torchtitan orders them
+            checkpoint_blocks(model)
         self.model = model
         self.optimizer = build_optimizer(model, self.cfg.optim, compiled=self.cfg.train.compile)
         if state is not None:
