@@ -74,3 +74,20 @@ def test_a_two_slot_parallel_sweep_gives_each_job_its_own_gpu(tmp_path, cli):
     assert sorted(seen) == ["3", "5"]
     results = [json.loads((tmp_path / "sweep" / n / "result.json").read_text()) for n in "01"]
     assert max(r["started_at"] for r in results) < min(r["ended_at"] for r in results)  # at once
+
+
+@pytest.mark.slow
+def test_the_warm_worker_the_jobs_are_forked_from_never_initializes_cuda():
+    """A CUDA context does not survive fork: the worker reports that it has none once it has
+    imported torch, the project and everything a job needs."""
+    from ablate.sweep.launch.pool import Pool
+
+    pool = Pool(None).start()
+    try:
+        worker = pool.workers[0]
+        while worker.ready is None and not worker.lines.eof:
+            worker.read()
+        assert worker.ready is not None and worker.ready["cuda_initialized"] is False
+        assert "torch" in worker.ready["preloaded"]
+    finally:
+        pool.close()
