@@ -466,9 +466,27 @@ def where_to_look(sweep_dir: Path, info: dict, summary: SweepSummary) -> str:
             lines.append(f"MLflow UI:    {uri.rstrip('/')}/{info['view_link']}")
         else:
             store = uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else uri
-            lines.append(f"MLflow UI:    python -m ablate ui --store {store}   (or make ui), then open")
+            lines.append(f"MLflow UI:    {ui_command(store)}, then open")
             lines.append(f"              http://127.0.0.1:5000/{info['view_link']}")
     return "\n".join(lines)
+
+
+def ui_command(store: str, cwd: Path | None = None) -> str:
+    """How this install starts the UI: `ablate ui` where the ablate script is on the PATH (an
+    installed package, an activated venv), else `python -m ablate ui`; `(or make ui)` only in a
+    checkout whose Makefile has that target and whose store is the one it opens (./mlflow.db)."""
+    import shutil
+
+    cwd = cwd or Path.cwd()
+    command = f"{'ablate' if shutil.which('ablate') else 'python -m ablate'} ui --store {store}"
+    makefile = cwd / "Makefile"
+    try:
+        has_target = makefile.is_file() and "\nui:" in "\n" + makefile.read_text()
+    except OSError:
+        has_target = False
+    if has_target and Path(store).resolve() == (cwd / "mlflow.db").resolve():
+        command += "   (or make ui)"
+    return command
 
 
 def record_launch(sweep_dir: Path, info: dict, summary: SweepSummary) -> None:
