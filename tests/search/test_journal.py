@@ -64,3 +64,22 @@ def test_a_journal_with_a_garbage_line_is_refused_in_one_line(cli, request, tmp_
             statuses = [r[0] for r in db.execute("SELECT status FROM runs")]
     assert journal.read_bytes() == before and "RUNNING" not in statuses, statuses
     reliability.record(request, f"exit 2: {last[:160]}; the journal untouched; runs {statuses}, none RUNNING")
+
+
+@pytest.mark.slow
+@pytest.mark.ledger("fault", "an Optuna study relaunched where an earlier launch left a killed trial")
+def test_a_relaunched_study_sets_aside_its_predecessors_stale_trials(cli, request, tmp_path):
+    args = [*STUDY, "hydra.sweep.dir=s"]
+    first = cli([*args, "hydra.sweeper.n_trials=1"], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    stale = tmp_path / "s" / "7"  # what a launch stopped mid-trial leaves: its job folder, its run killed
+    (stale / ".hydra").mkdir(parents=True)
+    (stale / ".hydra" / "overrides.yaml").write_text("- optim.lr=0.001\n")
+    (stale / "result.json").write_text('{"status": "killed", "reason": "SIGINT"}')
+    again = cli([*args, "hydra.sweeper.n_trials=2"], tmp_path)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    assert (tmp_path / "s" / "superseded" / "7" / "result.json").exists() and not stale.exists()
+    with sqlite3.connect(tmp_path / "mlflow.db") as db:
+        statuses = [r[0] for r in db.execute("SELECT status FROM runs")]
+    assert "RUNNING" not in statuses and "FAILED" not in statuses, statuses
+    reliability.record(request, f"exit 0; the stale folder moved to superseded/, runs {sorted(set(statuses))}")

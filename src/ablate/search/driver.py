@@ -20,6 +20,7 @@ rewritten after every trial (the plots after every launch) and logged to the stu
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -28,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ablate.config import SearchConfig
+from ablate.files import read_json_object
 from ablate.search import report as search_report
 from ablate.search.space import search_space, trial_overrides
 from ablate.search.storage import (
@@ -89,6 +91,7 @@ def run_study(cfg: SearchConfig, config, launcher, arguments: list[str]) -> list
             file=sys.stderr,
         )
     job_num = next_job_num(sweep_dir)
+    set_aside_stale_trials(sweep_dir)
     try:
         with heartbeat(drivers, cfg.stale_after_s / 6), sigterm_as_interrupt():
             if asynchronous:
@@ -176,6 +179,34 @@ def trial_budget(cfg: SearchConfig, space: dict) -> int:
     """n_trials, or the grid's size where the grid sampler has fewer points."""
     size = grid_size(cfg, space)
     return cfg.n_trials if size is None else min(cfg.n_trials, size)
+
+
+SUPERSEDED = "superseded"  # SWEEP_DIR/superseded/: an earlier launch's trials that never ended
+
+
+def set_aside_stale_trials(sweep_dir: Path) -> list[Path]:
+    """A relaunch into a sweep folder an earlier launch was stopped in: that launch's job folders
+    whose run never ended (killed, or no result.json) held trials the study has given back and asks
+    again as new ones, so they are moved into SWEEP_DIR/superseded/, where this launch's summary
+    does not count them as failed; finished, pruned and failed trials stay. One line says so."""
+    moved = []
+    for job in sorted(d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()):
+        status = read_json_object(job / "result.json").get("status")
+        if status not in (None, "killed"):
+            continue
+        target = sweep_dir / SUPERSEDED / job.name
+        target.parent.mkdir(exist_ok=True)
+        if target.exists():
+            continue
+        os.replace(job, target)
+        moved.append(job)
+    if moved:
+        print(
+            f"optuna: {len(moved)} job folder(s) of an earlier launch that never ended moved to "
+            f"{sweep_dir / SUPERSEDED} (their trials are asked again)",
+            file=sys.stderr,
+        )
+    return moved
 
 
 def next_job_num(sweep_dir: Path) -> int:
