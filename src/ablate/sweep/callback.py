@@ -39,6 +39,7 @@ from hydra.experimental.callback import Callback
 from ablate.faults import failpoint
 from ablate.files import WriteError, disk_errors, write_json
 from ablate.host import available_cores, process_alive
+from ablate.redact import redact_files
 from ablate.run import SweepProgress, WatchedJob
 from ablate.sweep import plan as sweep_plan
 from ablate.sweep.context import LAUNCHES_FILE, SWEEP_FILE, read_sweep_file
@@ -183,6 +184,7 @@ class SweepCallback(Callback):
             self._progress.stop()
         sweep_dir = Path(config.hydra.sweep.dir)
         info = read_sweep_file(sweep_dir)
+        redact_files(sweep_dir, "multirun.yaml")  # Hydra saved the overrides as given: tracking.uri's password
         try:
             self.summary = self._call(close_sweep, sweep_dir, info)
             print(self.summary.table, file=sys.stderr)

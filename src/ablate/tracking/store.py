@@ -10,10 +10,11 @@ import shutil
 import sqlite3
 from contextlib import closing, contextmanager
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from ablate.config import ConfigError
 from ablate.files import cache_dir, read_regular, replacing
+from ablate.redact import HIDDEN
 from ablate.tracking.tags import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND, REASON_TAG, SWEEP_TAG
 
 
@@ -49,7 +50,19 @@ def bound_http_retries(uri: str) -> None:
     if uri.startswith(("http://", "https://")):
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
+        credentials_to_env(uri)
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+
+def credentials_to_env(uri: str) -> None:
+    """A tracking server's user and password, given in its URI, also where MLflow's client reads them
+    (MLFLOW_TRACKING_USERNAME/PASSWORD, unless set; this process and those it starts): the records
+    keep the URI with its password hidden (redact.py), and a client opened on such a record's URI
+    (a sweep's sweep.json) still authenticates."""
+    parsed = urlparse(uri)
+    if parsed.password and f":{HIDDEN}@" not in uri:
+        os.environ.setdefault("MLFLOW_TRACKING_USERNAME", unquote(parsed.username or ""))
+        os.environ.setdefault("MLFLOW_TRACKING_PASSWORD", unquote(parsed.password))
 
 
 def close_orphaned_runs(uri: str, experiment_id: str, sweep_id: str, status: str, reason: str, keep=()) -> list[str]:
