@@ -527,3 +527,17 @@ def test_command_line_bad_input_is_one_line_and_writes_nothing(run_plan, tmp_pat
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], r.stderr
     assert not (tmp_path / "p").exists() and not list(tmp_path.iterdir())
+
+
+def test_a_gpu_plan_states_where_fp8_pays_on_that_gpu_or_that_it_was_not_measured(tmp_path, monkeypatch):
+    from ablate.perf import fp8
+
+    monkeypatch.setenv(fp8.RESULTS_ENV, str(tmp_path / "none.json"))
+    row = dict(plan_render.summary_rows(make()))["fp8"]
+    assert row == "fp8 crossover width on h200: not measured (benchmarks/bench_gpu.py on that GPU measures it)"
+    rows = [{"width": w} for w in (768, 2048, 4096)]
+    doc = {"device": {"gpu": "NVIDIA H200"}, "fp8": {"rows": rows, "crossover_width": {"fp8_rowwise": 2048}}}
+    (tmp_path / "gpu.json").write_text(json.dumps(doc))
+    monkeypatch.setenv(fp8.RESULTS_ENV, str(tmp_path / "gpu.json"))
+    assert "fp8_rowwise from width 2048" in dict(plan_render.summary_rows(make()))["fp8"]
+    assert "fp8" not in dict(plan_render.summary_rows(make(hardware="cpu", precision="fp32", model="gpt2_124m")))
