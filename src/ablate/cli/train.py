@@ -79,7 +79,8 @@ def task(cfg, run_cfg=None, prepared=None, agent=None) -> dict:
             print(f"stopped: {exc}", file=sys.stderr)
         raise
     except Exception as exc:  # the run is FAILED in MLflow and result.json; a sweep goes on
-        print(f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        unreachable = store_unreachable(exc, run_cfg.tracking.uri)
+        print(unreachable or f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         record = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
         _record_failure(out_dir / RESULT_FILE, record, started)
         if not context.in_sweep:
@@ -189,6 +190,31 @@ def _family(fam, out_dir: Path, context) -> dict:
     if result.failed and not context.in_sweep:
         raise SystemExit(1)
     return result.to_dict()
+
+
+# How a refused or unanswered connection reads in MLflow's REST client and SQLAlchemy's drivers.
+UNREACHABLE = (
+    "Connection refused",
+    "Max retries exceeded",
+    "Failed to establish a new connection",
+    "Name or service not known",
+    "could not connect to server",
+    "Connection timed out",
+)
+
+
+def store_unreachable(exc: Exception, uri: str | None) -> str | None:
+    """One line for a tracking store that cannot be reached when the run starts (a server that is
+    down, a wrong host or port), instead of MLflow's exception: what, where, and what is valid. None
+    for any other failure."""
+    text = str(exc)
+    if not uri or not any(marker in text for marker in UNREACHABLE):
+        return None
+    return (
+        f"error: the tracking store at {uri} cannot be reached (connection refused or no answer); "
+        "nothing was trained (valid: a running server at tracking.uri, tracking.uri=sqlite:///PATH, "
+        "or tracking.backend=none)"
+    )
 
 
 def describe(result) -> str:
