@@ -510,6 +510,8 @@ class TrackingConfig:
     # The machine's CPU, memory, disk, network and GPU use over the run, sampled by MLflow's
     # system-metrics monitor (tracking/system_metrics.py): 0.14% of a run's CPU (docs/benchmarks.md).
     system_metrics: bool = True
+    # final: a finished run's weights and model config as its MLflow artifact model.pt (run/final_model.py)
+    log_model: Literal["none", "final"] = "none"
 
     def validate(self) -> None:
         for key, value in self.tags.items():
@@ -532,6 +534,11 @@ class TrackingConfig:
             )
         if self.backend == "mlflow" and not self.experiment.strip():
             raise ConfigError("tracking.experiment is empty (valid: an experiment name, e.g. ablate)")
+        if self.log_model == "final" and self.backend != "mlflow":
+            raise ConfigError(
+                "tracking.log_model=final logs the weights to MLflow, and tracking is none "
+                "(valid: tracking=mlflow, or tracking.log_model=none)"
+            )
 
 
 @dataclass

@@ -15,6 +15,7 @@ progress.py    the progress bar of a run and the live line of a sweep
 result.py      RunResult and result.json
 saved.py       a trained run found again: its folder, config, checkpoint and model
 sample.py      sample: text from a run's checkpoint, and its decode speed
+final_model.py save_final_model, load_final_model: a finished run's weights as an MLflow artifact
 """
 
 from ablate.api import lazy_api
@@ -30,6 +31,7 @@ __all__, __getattr__, __dir__ = lazy_api(
         "progress": ("SweepProgress", "WatchedJob"),
         "result": ("BRANCHES_DIR", "RESULT_FILE", "RunResult", "bits_per_byte", "read_result"),
         "sample": ("SAMPLE_FILE", "write_sample"),
+        "final_model": ("MODEL_FILE", "load_final_model"),
     },
     modules=("prepare", "train", "branches", "checkpoint", "preemption", "sample"),
 )

@@ -33,6 +33,7 @@ from ablate.provenance import flatten
 from ablate.redact import redact_tree
 from ablate.run import checkpoint, distributed, preemption, ranks
 from ablate.run.decision import BUSY, RUN, SKIP, decide
+from ablate.run.final_model import save_final_model
 from ablate.run.lock import Busy, RunLock, acquire_all, busy_with, owner_tag, store_claim
 from ablate.run.prepare import Prepared, prepare
 from ablate.run.result import RunResult, write_result
@@ -220,7 +221,10 @@ def _run(
     else:
         reason = f"pruned: {result.reason}" if result.status == "pruned" else result.reason
         failpoint("run.ending")  # result.json and the last checkpoint written, the MLflow run still open
-        tracker.finish(MLFLOW_STATUS[result.status], reason, trainer.artifacts)
+        artifacts = trainer.artifacts
+        if cfg.tracking.log_model == "final" and result.status == "finished":  # the weights as an artifact
+            artifacts = [*artifacts, save_final_model(trainer.model, cfg.model, out_dir)]
+        tracker.finish(MLFLOW_STATUS[result.status], reason, artifacts)
         closed = True
         return result
     finally:
