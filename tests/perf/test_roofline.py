@@ -251,3 +251,19 @@ def test_the_sweep_summary_carries_the_bound_notes(tmp_path):
     assert "- precision=fp32: memory-bound (50% of the step in memory-bound ops" in table
     assert "- precision=bf16: compute-bound" in table and "speed-up 0.06x vs precision=fp32" in table
     assert json.loads((tmp_path / "summary.json").read_text())["runs"][1]["profile"]["bound"] == "compute"
+
+
+def test_ops_far_below_both_roofs_are_not_called_memory_bound():
+    """The review's loaded machine: 95% of the step in ops that reach a few percent of their roofs
+    (aten::mm at 4 FLOP/byte and 0.4 GFLOP/s where its roof is 40; aten::add at 0.44 of 10 GB/s):
+    neither roof holds them back, so the step is not 'memory-bound' but overhead-bound, and the line
+    says why."""
+    profile = _profile([("aten::mm", 10.0, 4e6, 1e6), ("aten::add", 9.0, 0, 4e6)], step_ms=20.0)  # 1%, 4.4%
+    roofline.attach(profile, CEIL)
+    assert [r.bound for r in profile.ops] == ["overhead", "overhead"]
+    v = roofline.verdict(profile, CEIL)
+    assert v.bound == "overhead" and (v.compute, v.memory) == (0.0, 0.0)
+    assert "in ops under 25% of their roof (per-call cost, or other work on the cores)" in v.line
+    near = _profile([("aten::add", 9.0, 0, 4e7)])  # 4.4 GB/s of 10: near the roof, memory-bound
+    roofline.attach(near, CEIL)
+    assert near.ops[0].bound == "memory"

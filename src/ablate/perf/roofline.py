@@ -10,7 +10,9 @@ bandwidth; on a CPU both are measured (a matmul and a copy micro-benchmark, cach
 ~/.cache/ablate/); a CUDA device run with hardware=auto is matched to the catalogue by name.
 
 The verdict splits the step's time three ways: ops at or above the ridge (compute-bound), ops
-below it (memory-bound), and time outside every op (Python, dispatch, kernel launches).
+below it (memory-bound), each only where the op reaches NEAR_ROOF of its roof, and the rest:
+time outside every op (Python, dispatch, kernel launches) and in ops far below both roofs (per-call
+cost, or a machine whose cores other work holds), which neither roof explains.
 """
 
 from __future__ import annotations
@@ -168,11 +170,31 @@ def attach(profile: Profile, ceilings: Ceilings | None) -> Ceilings | None:
     for r in profile.ops:
         if not r.flops and not r.bytes:
             r.bound = "overhead"  # views and metadata ops: time without traffic
+        elif roof_share(r, ceilings) < NEAR_ROOF:
+            # far below both roofs: neither arithmetic nor traffic is what it waits for, but per-call
+            # cost (dispatch, tiny kernels) or other processes on its cores
+            r.bound = "overhead"
         else:
             r.bound = "compute" if (r.intensity or 0.0) >= ceilings.ridge else "memory"
     profile.extra["ceilings"] = ceilings.to_dict()
     profile.extra["verdict"] = asdict(verdict(profile, ceilings))
     return ceilings
+
+
+# An op is called compute- or memory-bound only when it reaches this share of the roof above its
+# intensity (min(peak, I x bandwidth)): an op at 2% of both ceilings is held back by neither.
+NEAR_ROOF = 0.25
+
+
+def roof_share(r, ceilings: Ceilings) -> float:
+    """The share of its roof an op attains: FLOP/s against min(peak, I x bandwidth) where it does
+    arithmetic, bytes/s against the bandwidth where it only moves data."""
+    seconds = r.ms / 1e3
+    if seconds <= 0:
+        return 0.0
+    if r.flops:
+        return (r.flops / seconds) / ceilings.attainable(r.intensity or 0.0)
+    return (r.bytes / seconds) / ceilings.bandwidth
 
 
 def verdict(profile: Profile, ceilings: Ceilings) -> Verdict:
@@ -185,8 +207,9 @@ def verdict(profile: Profile, ceilings: Ceilings) -> Verdict:
     ridge = f"the ridge point ({ceilings.ridge:.3g} FLOP/byte)"
     if bound == "overhead":
         line = (
-            f"overhead-bound: {overhead:.0%} of the step is outside operators (Python, dispatch, launches); "
-            f"{memory:.0%} is in ops below {ridge} and {compute:.0%} in ops above it"
+            f"overhead-bound: {overhead:.0%} of the step is outside operators (Python, dispatch, launches) or "
+            f"in ops under {NEAR_ROOF:.0%} of their roof (per-call cost, or other work on the cores); "
+            f"{memory:.0%} is in ops near the bandwidth roof below {ridge} and {compute:.0%} near the peak above it"
         )
     elif bound == "memory":
         line = (
