@@ -127,11 +127,14 @@ def band_figures(bt, lo: float, hi: float) -> dict | None:
     }
 
 
-def ladder_study() -> None:
+def ladder_study(names: list[str]) -> None:
+    """The study on the ladders named (all of them without a name)."""
     results, lines = {}, []
     head = "| ladder | runs | interval | " + " | ".join(f"{a:g} to {b:g} decades" for a, b in LADDER_BANDS) + " |"
     lines += [head, "|" + "---|" * (3 + len(LADDER_BANDS))]
     for name, points in ladders().items():
+        if names and name not in names:
+            continue
         results[name] = {}
         for method in METHODS:
             cpu = time.process_time()
@@ -161,4 +164,4 @@ def ladder_study() -> None:
 if __name__ == "__main__":
     import sys
 
-    ladder_study() if sys.argv[1:] == ["ladders"] else main()
+    ladder_study(sys.argv[2:]) if sys.argv[1:2] == ["ladders"] else main()

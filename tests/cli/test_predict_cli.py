@@ -111,6 +111,7 @@ def test_an_outside_target_gets_the_verdict_and_interval_a_run_config_would(cli,
         assert doc["predicted"] == pytest.approx(expected.loss.value)
         assert doc["interval95"] == pytest.approx(list(expected.loss.ci95))
     assert "target.N=4e5 target.tokens=2e5" in made.stdout
+    assert (cwd / "outside.png").read_bytes().startswith(b"\x89PNG")  # the target drawn on the law
 
     budget = cli(["fit=fit/fit.json", "out=budget.json", "target.flops=1e12"], cwd, command="predict")
     assert budget.returncode == 0, budget.stdout + budget.stderr

@@ -2,6 +2,8 @@
 scored beside it afterwards (sweep/prediction.py).
 
     ablate predict fit=FIT.json out=prediction.json OVERRIDE...        # the run `ablate OVERRIDE...` trains
+                                                                       # (and prediction.png: the target on
+                                                                       # the law with its interval)
     ablate predict fit=FIT.json out=prediction.json target.N=3.3e9 target.D=6.6e10
                                                                        # a target outside this project:
                                                                        # target.N (or .params), target.D
@@ -123,7 +125,21 @@ def make(fit: Path, out: Path, args: list[str]) -> dict:
         prepared = prepare.prepare(compose_run(args))
         doc = prediction.make_prediction(prepared, fit, args, out)
     prediction.write_prediction(doc, out)
+    draw(fit, doc, out.with_suffix(".png"))
     return doc
+
+
+def draw(fit: Path, doc: dict, path: Path) -> None:
+    """The target on the law, beside the prediction (scaling/reports/prediction_plot.py)."""
+    from ablate.files import write_bytes
+    from ablate.scaling import load_fit
+    from ablate.scaling.predict import predict
+    from ablate.scaling.reports.prediction_plot import render_prediction
+
+    predictor = load_fit(str(fit)).predictor
+    t = doc["target"]
+    p = predict(predictor, N=t["params"], D=t["tokens"], C=t["flops"])
+    write_bytes(path, render_prediction(predictor, p, doc["verdict"]))
 
 
 def outside_target(args: list[str]) -> dict[str, float] | None:

@@ -74,6 +74,12 @@ ADAPTIVE = "adaptive"  # the hull, the prediction moved by the drift shrunk by i
 HULL = "hull"  # the law's value, the interval widened to the drift: how intervals were built before
 INTERVAL_METHODS = (ADAPTIVE, HULL)
 BAND_EDGES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, math.inf)  # decades past the data: the backtest's bands
+# The law's drift per decade where no cut of this ladder has looked (past `reach`): the RMS drift of
+# the refits below cuts on the five public ladders of tests/fixtures, over the backtest's fits, each
+# drift measured to better than 0.02 per decade (0.012 Chinchilla, 0.020 to 0.029 Marin's three, 0.034
+# fineweb_c4; 0.022 pooled, 0.020 to 0.026 leaving any one ladder out), taken as 0.02. What other
+# ladders showed stands in for what this one cannot show (ADAPTIVE only).
+UNSEEN_DRIFT = 0.02
 FORMULAS = {
     HULL: (
         "log L 95% interval: lo = log L_hat + min(mu d, 0) - sqrt(b_lo^2 + z^2 (sigma_run^2 + kappa^2 d^2)), "
@@ -85,9 +91,11 @@ FORMULAS = {
         "at least sigma_run per decade"
     ),
     ADAPTIVE: (
-        "the hull's interval (below); the prediction log L_hat + s mu d, s = max(0, 1 - se^2 / mu^2), se the "
-        "standard error of the drift mu the cuts share (0 with one fitted cut); a prediction is trusted only at a "
-        "distance where the cuts' own held-out runs lie inside this interval at least 90% of the time"
+        "the hull's interval (below), past the farthest calibrated distance r also 0.02 (d - r) per decade in "
+        "quadrature (what the public ladders' cuts drifted); the prediction log L_hat + s mu d, s = max(0, 1 - "
+        "se^2 / mu^2), se the standard error of the drift mu the cuts share (0 with one fitted cut); a prediction "
+        "is trusted only at a distance where the cuts' own held-out runs lie inside this interval at least 90% of "
+        "the time"
     ),
 }
 
@@ -174,10 +182,12 @@ class Calibration:
         return self.method == ADAPTIVE and self.calibrated and self.drift_share > 0
 
     def extra_sd(self, decades) -> np.ndarray:
-        """sd of log loss beyond the curve's: sqrt(run_sigma^2 + (kappa d)^2), d = decades past the data."""
+        """sd of log loss beyond the curve's: sqrt(run_sigma^2 + (kappa d)^2), d = decades past the data;
+        ADAPTIVE adds UNSEEN_DRIFT (d - reach) past the farthest distance the cuts predicted at."""
         d = np.maximum(np.asarray(decades, float), 0.0)
         kappa = self.kappa or 0.0
-        return np.sqrt(self.run_sigma**2 + (kappa * d) ** 2)
+        unseen = UNSEEN_DRIFT * np.maximum(d - self.reach, 0.0) if self.method == ADAPTIVE and self.reach else 0.0
+        return np.sqrt(self.run_sigma**2 + (kappa * d) ** 2 + unseen**2)
 
     def shift(self, decades) -> np.ndarray:
         """The log error at d decades past the data if the law drifts on as the cuts did: mu d."""
