@@ -189,3 +189,28 @@ def test_tab_completes_each_commands_own_keys(line, expected):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert expected in done.stdout.split(), done.stdout
+
+
+def test_tab_completes_the_presets_of_the_lines_config_dir(tmp_path):
+    """`ablate --config-dir presets +sweep=my<TAB>` offers the user's own presets: Hydra's query reads
+    only its own arguments, so the line's --config-dir is passed on to it."""
+    import os
+
+    (tmp_path / "presets" / "sweep").mkdir(parents=True)
+    (tmp_path / "presets" / "sweep" / "mysizes.yaml").write_text("# @package _global_\nhydra:\n  mode: MULTIRUN\n")
+    for line, expected in (
+        ("ablate --config-dir presets +sweep=my", "+sweep=mysizes"),
+        ("ablate fit --config-dir=presets +sweep=my", None),  # fit's config has no sweep group
+        ("ablate -cd presets +sweep=mys", "+sweep=mysizes"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "ablate", "-sc", "query=bash"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env={**os.environ, "COMP_LINE": line},
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        if expected:
+            assert expected in done.stdout.split(), (line, done.stdout)

@@ -70,6 +70,7 @@ def complete(argv: list[str], environ) -> None:
     line = environ["COMP_LINE"]
     words = line.split()
     rest, done = words[1:], line.endswith(" ")  # done: the cursor is past the last word
+    argv = [*config_dir_args(words), *argv]  # the line's own presets, which Hydra's query never sees
     if rest and rest[0] in COMMANDS and (len(rest) > 1 or done):
         name = rest[0]
         module_name, _, style = COMMANDS[name]
@@ -83,6 +84,21 @@ def complete(argv: list[str], environ) -> None:
         importlib.import_module(COMMANDS[DEFAULT][0]).main(argv)
     separator = "\n" if "query=fish" in argv else " "  # as Hydra's fish and bash plugins print them
     print(separator.join([c for c in COMMANDS if c.startswith(word)] + found.getvalue().split()))
+
+
+def config_dir_args(words: list[str]) -> list[str]:
+    """`--config-dir DIR` (or -cd DIR, --config-dir=DIR) as the line being completed gives it, for the
+    query: Hydra's `-sc query=SHELL` reads only its own arguments, so a user's presets would not be
+    offered. Nothing where the line names none or a folder that is not there (yet)."""
+    for i, word in enumerate(words):
+        folder = None
+        if word in ("--config-dir", "-cd") and i + 1 < len(words):
+            folder = words[i + 1]
+        elif word.startswith("--config-dir="):
+            folder = word.split("=", 1)[1]
+        if folder and os.path.isdir(os.path.expanduser(folder)):
+            return ["--config-dir", os.path.expanduser(folder)]
+    return []
 
 
 def usage() -> str:
