@@ -426,6 +426,10 @@ class TrainConfig:
     log_interval: int = 10
     checkpoint_interval: int = 100
     seed: int = 0
+    # How the ranks of a run share the model (run/distributed.py): ddp replicates it and all-reduces
+    # gradients; fsdp shards weights, gradients and optimizer states with FSDP2's fully_shard, one
+    # unit per block (run/fsdp.py), and checkpoints them with torch.distributed.checkpoint.
+    parallel: Literal["ddp", "fsdp"] = "ddp"
     compile: bool = False
     # With compile: torch.compile each transformer block apart (as torchtitan does) instead of the
     # whole model: the blocks share one compiled graph, compiled once, and the rest runs eagerly.

@@ -133,12 +133,35 @@ def world_size(cfg: RunConfig, device: str) -> int:
 
 
 def check(cfg: RunConfig, device: str) -> None:
-    """The global batch must split evenly across ranks (ConfigError, one line, otherwise)."""
+    """The global batch must split evenly across ranks, and a sharded run must be one FSDP2 can
+    train here (ConfigError, one line, otherwise)."""
+    check_sharding(cfg)
     world = world_size(cfg, device)
     if world > 1 and cfg.train.batch_size % world:
         raise ConfigError(
             f"train.batch_size={cfg.train.batch_size} does not split across {world} DDP ranks "
             f"({_world_source(cfg)}) (valid: a multiple of {world})"
+        )
+
+
+def check_sharding(cfg: RunConfig) -> None:
+    """What FSDP2 here cannot do (train.parallel=fsdp, run/fsdp.py), refused in one line before any work."""
+    if cfg.train.parallel != "fsdp":
+        return
+    if cfg.optim.name != "adamw":
+        raise ConfigError(
+            f"train.parallel=fsdp with optim.name={cfg.optim.name}: Muon orthogonalises whole matrices, "
+            "and a rank holds a shard of each (valid: optim.name=adamw, or train.parallel=ddp)"
+        )
+    if cfg.precision.fp8 is not None:
+        raise ConfigError(
+            f"train.parallel=fsdp with precision={cfg.precision.name}: float8 weights under FSDP need "
+            "torchao's float8 all-gather, not wired here (valid: fp32, bf16, bf16_pure, fp16; or train.parallel=ddp)"
+        )
+    if isinstance(cfg.train.steps, list) or isinstance(cfg.train.tokens, list) or isinstance(cfg.train.flops, list):
+        raise ConfigError(
+            "train.parallel=fsdp with a list of budgets: cooldown forks are saved by rank 0 alone, and a "
+            "sharded state needs every rank (valid: one budget, or train.parallel=ddp)"
         )
 
 
@@ -174,12 +197,18 @@ def wrap(model: torch.nn.Module) -> torch.nn.Module:
     and without buffer broadcasts a forward pass has no collective, so rank 0 can evaluate alone
     while the others wait for the next step.
     """
-    if _CURRENT.world == 1:
+    if _CURRENT.world == 1 or fully_sharded(model):  # FSDP2 reduces its own gradients (fsdp.py)
         return model
     from torch.nn.parallel import DistributedDataParallel
 
     device_ids = [torch.cuda.current_device()] if next(model.parameters()).is_cuda else None
     return DistributedDataParallel(model, device_ids=device_ids, forward_sync_buffers=False)
+
+
+def fully_sharded(model: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
 
 
 def init(rank: int, world: int, store: Path, device: str) -> None:

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from ablate.child import spawn
 from ablate.config import RunConfig, as_dict, parse_run
-from ablate.run import checkpoint, distributed
+from ablate.run import checkpoint, checkpoint_sharded, distributed, fsdp
 from ablate.run.prepare import Prepared, prepare
 from ablate.run.result import RunResult
 from ablate.run.trainer import Trainer
@@ -121,13 +121,17 @@ def run_helper(
 
 
 class HelperTrainer(Trainer):
-    """Trains in lockstep; leaves evaluation, checkpoints, tracking and results to rank 0."""
+    """Trains in lockstep; leaves evaluation, checkpoints, tracking and results to rank 0. A sharded
+    model (train.parallel=fsdp) needs every rank in each forward and in each checkpoint: this rank
+    then evaluates beside rank 0 and writes its own shards, and records nothing."""
 
     def _record(self, is_eval: bool, interval_time: float) -> None:
-        pass
+        if is_eval and fsdp.is_sharded(self.model):
+            self.evaluate()
 
     def _checkpoint(self) -> None:
-        pass
+        if fsdp.is_sharded(self.model):
+            checkpoint_sharded.weights(self.model, self.optimizer, self.state_dir, self.step)
 
     def _finish(self, status: str, reason: str):
         return None

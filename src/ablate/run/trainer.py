@@ -13,7 +13,7 @@ import torch
 from ablate.data import TrainBatches, get_val_batch
 from ablate.model import GPT, accounting, apply_precision, build_optimizer, checkpoint_blocks, lr_at, weight_shapes
 from ablate.perf import DeviceClock, IntervalTimer, RunCapture, Timing, profiling
-from ablate.run import checkpoint, distributed, preemption
+from ablate.run import checkpoint, checkpoint_sharded, distributed, fsdp, preemption
 from ablate.run.prepare import Prepared
 from ablate.run.progress import RunProgress
 from ablate.run.result import RunResult, bits_per_byte, write_result
@@ -38,7 +38,8 @@ def state_mismatch(model_cfg, state: dict) -> str | None:
     if not isinstance(weights, dict):
         return "holds no model weights"
     expected = weight_shapes(model_cfg)
-    found = {k: tuple(getattr(v, "shape", ())) for k, v in weights.items()}
+    # a sharded checkpoint keeps its weights' shapes as lists (checkpoint_sharded.py)
+    found = {k: tuple(v if isinstance(v, list) else getattr(v, "shape", ())) for k, v in weights.items()}
     for key in sorted(expected.keys() | found.keys()):
         if key not in found:
             return f"lacks the weight {key}"
@@ -109,10 +110,10 @@ class Trainer:
         if self.cfg.train.activation_checkpointing:  # before FSDP wraps the blocks, as torchtitan orders them
             checkpoint_blocks(model)
         self.model = model
+        fsdp.shard(model, self.cfg)  # train.parallel=fsdp: FSDP2 per block, before the optimizer sees DTensors
         self.optimizer = build_optimizer(model, self.cfg.optim, compiled=self.cfg.train.compile)
         if state is not None:
-            model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            checkpoint_sharded.restore(model, self.optimizer, state, self.state_dir)
             if self.runtime.scaler is not None and state.get("scaler"):
                 self.runtime.scaler.load_state_dict(state["scaler"])
             torch.set_rng_state(state["rng"])
@@ -314,8 +315,8 @@ class Trainer:
     def state(self) -> dict:
         """Everything a resume needs: weights, optimizer moments, RNG, counters, unsent metrics."""
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            # sharded: every rank writes its shards here (checkpoint_sharded.py)
+            **checkpoint_sharded.weights(self.model, self.optimizer, self.state_dir, self.step),
             "scaler": self.runtime.scaler.state_dict() if self.runtime.scaler else {},
             "rng": torch.get_rng_state(),
             "step": self.step,
