@@ -138,7 +138,7 @@ def test_a_corpus_becomes_tokens_then_a_run_with_bits_per_byte_in_mlflow(cli, wo
         (["paths=stdlib"], "out is empty (valid: out=DIR"),
         (["paths=stdlib", "out=bpe", "vocab_size=100"], "vocab_size=100 is out of range (valid: 257 to 65536)"),
         (["paths=stdlib", "out=bpe", "val_fraction=1.5"], "val_fraction=1.5 is invalid (valid: 0 < val_fraction < 1)"),
-        (["paths=stdlib", "out=bpe", "vocab=512"], "unknown key vocab (valid: glob, max_bytes, out, paths, progress"),
+        (["paths=stdlib", "out=bpe", "vocab=512"], "unknown key vocab (valid: eot, glob, max_bytes, out, paths"),
     ],
 )
 def test_prepare_takes_key_value_and_refuses_the_old_flags_in_one_line(tmp_path, args, expected):
