@@ -151,7 +151,8 @@ def _bpb_axis(ax, rows: list[SummaryRow]) -> None:
     nats_per_bit = ratios.pop()  # ln 2 x bytes per token
     axis = ax.secondary_yaxis("right", functions=(lambda v: v / nats_per_bit, lambda v: v * nats_per_bit))
     per_token = nats_per_bit / math.log(2)
-    axis.set_ylabel(f"bits per byte ({per_token:.3g} byte{'' if per_token == 1 else 's'} per token)")
+    shown = f"{per_token:.3g}"
+    axis.set_ylabel(f"bits per byte ({shown} byte{'' if shown == '1' else 's'} per token)")
 
 
 def _ratio_baseline(rows: list[SummaryRow], curves: dict) -> SummaryRow | None:
