@@ -57,6 +57,7 @@ BASELINE_ARMS = {
     "train.tokens_per_param": None,
     "train.grad_accum": 1,
     "train.z_loss": 0.0,
+    "precision.emulate": False,
     "train.parallel": "ddp",
 }
 
