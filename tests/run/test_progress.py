@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from ablate.run import progress
 
 
@@ -58,3 +60,22 @@ def test_a_sweep_counts_no_unsupported_job_as_done_and_reports_a_trunks_final_br
     assert "sweep ladder: #0 precision=fp8_tensorwise: unsupported here, not counted" in err
     assert "sweep ladder: 1/2 done" in err and "val loss 4.9357 (branch tokens=1048576)" in err
     assert progress.counts() == (1, 2)
+
+
+def test_a_trunk_at_its_last_step_is_not_its_whole_job(tmp_path):
+    """A WSD trunk's job plans 1000 trunk steps and 600 of cooldowns: its trunk's progress at step
+    1000 is 1000/1600 of the job, so the ETA keeps the branches' work ahead (it called it done)."""
+    import json
+    import time
+
+    from ablate.run.progress import SweepProgress, WatchedJob
+
+    jobs = [WatchedJob(0, tmp_path / "0", 1.6e9, "model=nano", steps=1600), WatchedJob(1, tmp_path / "1", 1e9, "x")]
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / "progress.json").write_text(json.dumps({"step": 1000, "start": 0, "total": 1000}))
+    progress = SweepProgress("ladder", jobs, enabled=False)
+    progress.started = time.time() - 100.0
+    progress.poll()
+    assert jobs[0].fraction == 1000 / 1600
+    # done: 1e9 of the trunk's FLOPs in 100 s; left: 0.6e9 of branches and 1e9 of the other job
+    assert progress.eta_s() == pytest.approx(160.0, rel=0.02)

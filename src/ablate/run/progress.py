@@ -139,6 +139,9 @@ class WatchedJob:
     fraction: float = 0.0  # of the whole run, done so far
     resumed_at: float = 0.0  # fraction done before this launch (a run resumed from a checkpoint)
     counted: bool = True  # False for a job this hardware cannot run: reported, never counted as done
+    # the job's planned steps: a WSD trunk's job counts its cooldown branches' too, which report no
+    # progress of their own, so its trunk at its last step is not the whole job done (0: the run's own)
+    steps: int = 0
 
 
 class SweepProgress:
@@ -208,7 +211,7 @@ class SweepProgress:
                 continue
             status = _fresh_json(job.job_dir / "progress.json", self.started)
             if status is not None:
-                total = status.get("total") or 1
+                total = max(job.steps, status.get("total") or 1)
                 job.resumed_at = min(1.0, (status.get("start") or 0) / total)
                 job.fraction = min(1.0, max(job.resumed_at, (status.get("step") or 0) / total))
                 running.append((job, status))

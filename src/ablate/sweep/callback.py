@@ -252,6 +252,7 @@ def _watched(jobs: list) -> list[WatchedJob]:
             j.cost_flops if j.action in ("run", "resume") else 0.0,
             j.label,
             counted=j.action != "unsupported",
+            steps=j.total_steps,
         )
         for j in jobs
     ]
