@@ -209,7 +209,7 @@ HOLD_LOCK = (
 
 
 @pytest.mark.ledger("fault", "a run on an sqlite store another process holds write-locked for {hold} s")
-@pytest.mark.parametrize("hold", [3, 30])
+@pytest.mark.parametrize("hold", [3, 120])
 def test_a_busy_store_is_a_bounded_wait_then_one_line(request, tmp_path, hold):
     from ablate.tracking.store import ensure_experiment
 
@@ -225,6 +225,7 @@ def test_a_busy_store_is_a_bounded_wait_then_one_line(request, tmp_path, hold):
         [*RUN, f"tracking.uri=sqlite:///{db}", "hydra.run.dir=run"], tmp_path, env={"ABLATE_STORE_WAIT_S": "10"}
     )
     took = time.time() - started
+    holder.kill()
     holder.wait()
     if hold < 10:  # the wait outlasts the lock: the run goes on
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -232,7 +233,7 @@ def test_a_busy_store_is_a_bounded_wait_then_one_line(request, tmp_path, hold):
     else:
         lines = _lines(proc.stderr)
         assert proc.returncode == 2 and len(lines) == 1 and "write-locked" in lines[0], proc.stderr[-2000:]
-        assert not (tmp_path / "run").exists() and took < 60
+        assert not (tmp_path / "run").exists() and took < 100
         found = f"exit 2 after {took:.0f} s: {lines[0][:150]}; no run folder"
     reliability.record(request, found)
 

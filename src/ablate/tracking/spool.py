@@ -32,7 +32,7 @@ def read_record(path: Path) -> dict:
     """A spool file's record; SpoolError, one line naming the file, when it is not one."""
     try:
         record = json.loads(read_regular(path, 64 << 20))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested past the parser
         raise SpoolError(f"{path} is not a spool record ({type(exc).__name__})") from None
     missing = [k for k in RECORD_KEYS if not isinstance(record, dict) or k not in record]
     if missing:
