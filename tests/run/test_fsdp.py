@@ -93,6 +93,34 @@ def test_a_sharded_checkpoint_saved_by_two_ranks_resumes_on_four(tmp_path):
     assert losses[-1][1] < losses[0][1] - 0.3
 
 
+@pytest.mark.slow
+def test_a_signal_to_rank_0_checkpoints_every_ranks_shards_at_the_next_step(tmp_path):
+    """SIGTERM to rank 0 alone: the ranks agree on it at the next step boundary, all write their shards,
+    rank 0 names them and ends the run KILLED; the same command resumes from that step."""
+    steps, log = 100, tmp_path / "log"
+    extra = (f"train.steps={steps}", "train.parallel=fsdp", "train.checkpoint_interval=1000")
+    first = torchrun(tmp_path, 2, *extra, log=log)
+    try:
+        wait_for(lambda: runs(tmp_path) and logged_steps(tmp_path, runs(tmp_path)[0].info.run_id), 240, "a step", first)
+        leader = rank_process(tmp_path, 0, "RANK")
+        assert leader is not None
+        os.kill(leader, signal.SIGTERM)
+        assert first.wait(120) != 0
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    saved = checkpoint_step(tmp_path)
+    assert 0 < saved < steps  # no interval checkpoint before the end: this one is the signal's
+    state = next((tmp_path / ".ablate" / "state").iterdir())
+    assert len(list((state / f"shards-{saved}").glob("*.distcp"))) == 2  # both ranks' shards
+    (run,) = runs(tmp_path)
+    assert run.info.status == "KILLED"
+    again = torchrun(tmp_path, 2, *extra, log=log)
+    assert again.wait(300) == 0, log.read_text()[-3000:]
+    (run,) = runs(tmp_path)
+    assert run.info.status == "FINISHED" and int(run.data.tags["ablate.resumed_from_step"]) == saved
+
+
 # -- the memory model against what each rank holds ------------------------------------------------
 MEASURE = """
 import json, sys, torch

@@ -190,6 +190,15 @@ def mean(x: torch.Tensor) -> torch.Tensor:
     return y / _CURRENT.world
 
 
+def any_rank(flag: bool) -> bool:
+    """Whether `flag` is true on any rank (every rank must call it at the same step)."""
+    if _CURRENT.world == 1:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def wrap(model: torch.nn.Module) -> torch.nn.Module:
     """DDP around the model when there are several ranks; the model itself otherwise.
 

@@ -133,6 +133,9 @@ class HelperTrainer(Trainer):
         if fsdp.is_sharded(self.model):
             checkpoint_sharded.weights(self.model, self.optimizer, self.state_dir, self.step)
 
+    def _on_signal(self) -> None:  # rank 0's checkpoint for a signal: a sharded one needs this rank's shards
+        self._checkpoint()
+
     def _finish(self, status: str, reason: str):
         return None
 

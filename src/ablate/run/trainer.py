@@ -191,8 +191,8 @@ class Trainer:
                     fork(self)
                 if self.step % cfg.checkpoint_interval == 0 and self.step < total:
                     self._checkpoint()  # on the step path: its time is in the interval, and counted
-                if preemption.pending() and self.step < total:  # checkpoint, then requeue or go on
-                    preemption.handle(self._save_for_signal, self.out_dir)
+                if self._signalled() and self.step < total:  # checkpoint, then requeue or go on
+                    self._on_signal()
                 # not at the last step: _finish records final/* at that same step, and a
                 # flush marks every point at or below its step delivered (those would be dropped).
                 if self.step < total and time.perf_counter() - last_flush > cfg.flush_interval_s:
@@ -287,6 +287,15 @@ class Trainer:
         self.tracker.record(self.step, metrics)
         if is_eval and self.on_eval is not None:
             self.on_eval(self.step, self.last_val_loss, self.flops)
+
+    def _signalled(self) -> bool:
+        """A signal waits at this step boundary. A sharded model's ranks agree on it (each step, a
+        collective), since its checkpoint needs every one of them (checkpoint_sharded.py)."""
+        waiting = preemption.pending() is not None
+        return distributed.any_rank(waiting) if fsdp.is_sharded(self.model) else waiting
+
+    def _on_signal(self) -> None:
+        preemption.handle(self._save_for_signal, self.out_dir)
 
     def _save_for_signal(self, reason: str) -> int:
         """Before SLURM ends the job: metrics delivered, state on disk, and the
