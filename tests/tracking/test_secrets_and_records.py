@@ -263,3 +263,40 @@ def test_a_yaml_bomb_preset_is_refused_before_composition(request, tmp_path):
     said = _lines(proc.stderr)
     assert proc.returncode == 2 and len(said) == 1 and "YAML bomb" in said[0], proc.stderr[-2000:]
     reliability.record(request, f"exit 2 in {time.time() - started:.0f} s: {said[0][-120:]}")
+
+
+@pytest.fixture
+def plain_http_server(tmp_path):
+    """A web server that is not MLflow's (Python's http.server) on a free loopback port."""
+    from conftest import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.time() + 30
+    import socket
+
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}"
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.ledger("fault", "tracking.uri naming a plain web server that is not MLflow's, then {what}")
+@pytest.mark.parametrize("what", ["a run", "a sweep"])
+def test_a_server_that_is_not_mlflow_is_one_line(request, tmp_path, plain_http_server, what):
+    args = RUN if what == "a run" else ["--multirun", *[a for a in RUN if "steps" not in a], "train.steps=2,3"]
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = _ablate([*args, f"tracking.uri={plain_http_server}"], cwd)
+    lines = [ln for ln in _lines(proc.stderr) if not ln.startswith(("nanobind", " - ", "See https://nanobind"))]
+    assert proc.returncode in (1, 2) and len(lines) == 1, proc.stderr[-3000:]
+    assert "not as MLflow's" in lines[0] or "not as an MLflow tracking server" in lines[0], lines
+    assert "<html" not in proc.stderr.lower() and "Traceback" not in proc.stderr
+    reliability.record(request, f"exit {proc.returncode}: {lines[0][:170]}")

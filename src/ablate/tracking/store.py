@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlparse
 
 from ablate.config import ConfigError
 from ablate.files import cache_dir, read_regular, replacing
-from ablate.redact import HIDDEN
+from ablate.redact import HIDDEN, redact
 from ablate.tracking.tags import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND, REASON_TAG, SWEEP_TAG
 
 
@@ -206,7 +206,10 @@ def ensure_experiment(uri: str, name: str) -> str:
         if path is not None and not path.exists():
             _copy_empty_store(path)
         client = MlflowClient(tracking_uri=uri)
-        exp = client.get_experiment_by_name(name)
+        try:
+            exp = client.get_experiment_by_name(name)
+        except MlflowException as exc:
+            raise not_mlflow(exc, uri) or exc from None
         if exp is not None:
             mark_model_training(client, exp)
             return exp.experiment_id
@@ -223,6 +226,19 @@ def ensure_experiment(uri: str, name: str) -> str:
                 raise
             mark_model_training(client, exp)
             return exp.experiment_id
+
+
+def not_mlflow(exc: Exception, uri: str) -> ConfigError | None:
+    """The one line for a server at `uri` that answers, but not as MLflow's (MLflow's exception quotes
+    its whole answer, a web page, after "Response body:"); None for any other failure."""
+    text = str(exc)
+    head, cut, _ = text.partition(". Response body:")
+    if not cut or " 404 " not in f"{head} ":
+        return None
+    return ConfigError(
+        f"tracking.uri={redact(uri)!r} answered, but not as an MLflow tracking server "
+        f"({' '.join(redact(head).split())[:160]}) (valid: the URL of `mlflow server`, e.g. http://127.0.0.1:5000)"
+    )
 
 
 def _copy_empty_store(path: Path) -> None:
