@@ -29,7 +29,7 @@ def task(cfg) -> dict:
         fit = load_fit(inputs.plan.fit) if inputs.plan.fit else None
         mfu = choose_mfu(inputs.plan, hw.name, hw.device, inputs.precision.name)
         plan = make_plan(inputs, hw, mfu, fit)
-        paths = render.write_plan(plan, inputs.plan.out, OmegaConf.to_yaml(cfg, resolve=True))
+        paths = render.write_plan(plan, inputs.plan.out, OmegaConf.to_yaml(cfg, resolve=True), fit)
     except ConfigError as exc:
         fail(str(exc))
     print(render.render_table(plan))

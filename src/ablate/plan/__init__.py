@@ -6,6 +6,7 @@ loss.py      predict_loss and compute_optimal from an exported fit (scaling/repo
 memory.py    plan_memory: on the GPUs given, the fewest that fit, and fallbacks
 make.py      make_plan: Plan with its constraints and the binding corner (no I/O)
 render.py    render_table, render_markdown, plan_dict, write_plan
+plot.py      render_plan_plot: plan.png, the planned run on the fit's compute-optimal frontier
 
 Its schema, PlanConfig (budget, data, cluster) and parse_plan, is in config/plan.py.
 """

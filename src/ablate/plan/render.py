@@ -6,12 +6,16 @@ import json
 import math
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ablate.config import PrecisionConfig
 from ablate.files import write_files
 from ablate.perf import decode, fp8
 from ablate.plan.loss import LossPrediction, Purchase
 from ablate.plan.make import Plan, _gb
+
+if TYPE_CHECKING:
+    from ablate.scaling import FitLaw
 
 SCHEMA = "ablate.plan/1"
 GB = 1e9
@@ -377,9 +381,10 @@ def render_markdown(p: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_plan(p: Plan, out: str | Path, resolved_config: str = "") -> list[Path]:
+def write_plan(p: Plan, out: str | Path, resolved_config: str = "", fit: FitLaw | None = None) -> list[Path]:
     """plan.md, config.yaml (the resolved config), torchtitan_job.py with export=torchtitan
-    (plan/export.py) and plan.json, written as one set (files.write_files)."""
+    (plan/export.py), plan.png with the fit it was priced with (plan/plot.py) and plan.json,
+    written as one set (files.write_files)."""
     out = Path(out)
     files = [(out / "plan.md", render_markdown(p))]
     if resolved_config:
@@ -389,4 +394,9 @@ def write_plan(p: Plan, out: str | Path, resolved_config: str = "") -> list[Path
 
         files.append((out / EXPORT_FILE, torchtitan_module(p)))
     files.append((out / "plan.json", json.dumps(plan_dict(p), indent=2) + "\n"))
-    return write_files({path: text.encode() for path, text in files})
+    written = {path: text.encode() for path, text in files}
+    if fit is not None:
+        from ablate.plan.plot import PLOT_FILE, render_plan_plot
+
+        written[out / PLOT_FILE] = render_plan_plot(p, fit)
+    return write_files(written)
