@@ -125,12 +125,13 @@ def scontrol(*args: str) -> None:
 def test_resources_come_from_the_hardware_config_unless_overridden():
     cpu = {"device": "cpu", "gpus_per_node": 1}
     h100 = {"device": "cuda", "gpus_per_node": 8}
-    assert resources(SubmititSettings(), cpu).__dict__ == {"gpus_per_task": 0, "cpus_per_task": 1, "threads": 1}
-    assert resources(SubmititSettings(), h100).__dict__ == {"gpus_per_task": 8, "cpus_per_task": 8, "threads": 8}
+    one = {"nodes": 1, "tasks_per_node": 1}  # one task per run, which spawns its own ranks
+    assert resources(SubmititSettings(), cpu).__dict__ == {"gpus_per_task": 0, "cpus_per_task": 1, "threads": 1, **one}
+    assert resources(SubmititSettings(), h100).__dict__ == {"gpus_per_task": 8, "cpus_per_task": 8, "threads": 8, **one}
     assert resources(SubmititSettings(), {"device": "auto", "gpus_per_node": 1}).gpus_per_task == 0
     assert resources(SubmititSettings(), {"device": "cpu", "gpus_per_node": 2}).cpus_per_task == 2  # 2 gloo ranks
     custom = SubmititSettings(gpus_per_task=2, cpus_per_task=16)
-    assert resources(custom, h100).__dict__ == {"gpus_per_task": 2, "cpus_per_task": 16, "threads": 16}
+    assert resources(custom, h100).__dict__ == {"gpus_per_task": 2, "cpus_per_task": 16, "threads": 16, **one}
 
 
 def test_the_driver_job_submits_the_same_sweep_into_a_fixed_dir(tmp_path):
