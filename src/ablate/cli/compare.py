@@ -27,6 +27,7 @@ import math
 import sys
 
 from ablate.cli.common import claim_output, fail, hydra_main
+from ablate.cli.fit import StageBar
 from ablate.config import CompareConfig, ConfigError, ModelConfig, parse_compare, real_name
 from ablate.provenance import hashed
 
@@ -210,6 +211,7 @@ def task(cfg) -> dict:
             seed=cc.seed,
             entropy_floor=floor,
             shared=cc.shared,
+            progress=StageBar("compare", "step"),
         )
         files = export_multiplier(report, cc.out_dir)
     except (ConfigError, FitInputError) as exc:

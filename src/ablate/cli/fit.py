@@ -97,17 +97,19 @@ def check_held_out(k: int, n_points: int) -> None:
 
 
 class StageBar:
-    """One tqdm bar over the methods fit_all runs (drawn on a terminal only)."""
+    """One tqdm bar over the stages of a command's work (drawn on a terminal only): the methods
+    fit_all runs, the arms compare fits and compares."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "fit", unit: str = "method") -> None:
         self.bar = None
+        self.name, self.unit = name, unit
 
     def __call__(self, label: str, i: int, total: int) -> None:
         from tqdm import tqdm
 
         if self.bar is None:
-            self.bar = tqdm(total=total, desc="fit", unit="method", file=sys.stderr, leave=False, disable=None)
-        self.bar.set_description(f"fit: {label}")
+            self.bar = tqdm(total=total, desc=self.name, unit=self.unit, file=sys.stderr, leave=False, disable=None)
+        self.bar.set_description(f"{self.name}: {label}")
         self.bar.update(i - self.bar.n)
         if i == total:
             self.bar.close()

@@ -51,7 +51,7 @@ above the data's entropy floor when it is known (single.py), so no arm's E lies 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -173,13 +173,17 @@ def fit_arms(
     entropy_floor: float | None = None,
     noise: float | None = None,
     thresholds: Thresholds | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Arm]:
     """L(C) over each arm's compute envelope, E bounded below by the entropy floor (when known), with
     its verdict; arm i draws its resamples with seed + i, so that two arms of equal size do not share
-    their resampling pattern. `noise`: the run-to-run sd of log loss (None: from each arm's repeats)."""
+    their resampling pattern. `noise`: the run-to-run sd of log loss (None: from each arm's repeats).
+    progress(label, done, total) as each arm's fit starts (its bootstrap is most of the time)."""
     th = thresholds or Thresholds()
     arms = {}
     for i, (name, points) in enumerate(groups.items()):
+        if progress is not None:
+            progress(f"arm {name}", i, len(groups))
         try:
             law = fit_single_law(points, "C", floor=entropy_floor, n_boot=n_boot, seed=seed + i)
         except FitInputError as exc:
@@ -204,12 +208,14 @@ def compare_arms(
     thresholds: Thresholds | None = None,
     keys: dict[str, list[tuple]] | None = None,
     paired: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> MultiplierReport:
     """Every arm of `groups` ({value: its points}) against `baseline`, one of them. With `shared`, each
     arm keeps only the (size, D) cells every arm has: laws fitted on different ladders compare ladders.
     `entropy_floor`: the data's floor (None: each arm's points' own, when they give one). `keys`: each
     arm's runs' pairing keys (multiplier_paired.run_keys; None: (N, D) alone, as for runs of one sweep
-    that record no seed); with `paired`, arms that share cells run against run are compared so."""
+    that record no seed); with `paired`, arms that share cells run against run are compared so.
+    progress(label, done, total): each arm's fit, then each comparison (a terminal's bar, cli/compare.py)."""
     if baseline not in groups:
         raise FitInputError(f"baseline={baseline} is not an arm (valid: {', '.join(groups)})")
     if len(groups) < 2:
@@ -231,10 +237,16 @@ def compare_arms(
             )
         entropy_floor = floors.pop() if floors else None
     th = thresholds or Thresholds()
-    arms = fit_arms(ordered, n_boot=n_boot, seed=seed, entropy_floor=entropy_floor, noise=noise, thresholds=th)
+    steps = 2 * len(ordered) - 1  # every arm's fit, then every arm against the baseline
+    arms = fit_arms(
+        ordered, n_boot=n_boot, seed=seed, entropy_floor=entropy_floor, noise=noise, thresholds=th,
+        progress=None if progress is None else lambda label, i, _: progress(label, i, steps),
+    )  # fmt: skip
     base = arms[baseline]
-    comparisons = []
+    comparisons: list[Comparison] = []
     for name in (n for n in arms if n != baseline):
+        if progress is not None:
+            progress(f"{name} against {baseline}", len(arms) + len(comparisons), steps)
         fit, why = None, "paired=false"
         if paired:
             fit, why = _paired_fit(arms[name], keys[name], base, keys[baseline])
@@ -243,6 +255,8 @@ def compare_arms(
             if fit is not None
             else replace(_compare(arms[name], base, target_C, th), why_unpaired=why)
         )
+    if progress is not None:
+        progress("done", steps, steps)
     return MultiplierReport(key, baseline, arms, tuple(comparisons), target_C, entropy_floor, dropped, th)
 
 
