@@ -70,7 +70,10 @@ def hydra_main(
         )
     args = hydra_args(argv)
     if any(a in ("-h", "--help") for a in argv):
-        print(command_help(config_name, name or config_name, summary, example, args.config_dir))
+        try:
+            print(command_help(config_name, name or config_name, summary, example, args.config_dir))
+        except ConfigError as exc:  # a preset past its bounds (check_presets)
+            fail(str(exc))
         return None
     if config_name == "config":
         args.overrides += budget_override(args.overrides)
