@@ -135,7 +135,9 @@ def test_hidden_matrices_keep_their_mup_learning_rate_under_emulated_fp8(run_con
 
     torch.manual_seed(0)
     model = GPT(model_cfg(128, True, base=32))
-    apply_precision(model, run_config(tmp_path, precision="fp8_tensorwise_emulated").precision, "cpu")  # swaps the Linears
+    apply_precision(
+        model, run_config(tmp_path, precision="fp8_tensorwise_emulated").precision, "cpu"
+    )  # swaps the Linears
     opt = build_optimizer(model, OptimConfig())
     scaled = [g for g in opt.param_groups if g.get("lr_scale") == 0.25]
     assert len(scaled) == 1 and len(scaled[0]["params"]) == 2 * 4

@@ -185,7 +185,10 @@ def test_activation_bytes_with_checkpointing_match_saved_tensor_hooks(name, atte
 
 
 # torchao's float8 recipes run on the CPU too (torch._scaled_mm's CPU kernel): what they save is measured here.
-@pytest.mark.parametrize("precision", ["bf16_pure", "fp16", "fp8_tensorwise_emulated", "fp8_rowwise_emulated", "fp8_tensorwise", "fp8_rowwise"])
+@pytest.mark.parametrize(
+    "precision",
+    ["bf16_pure", "fp16", "fp8_tensorwise_emulated", "fp8_rowwise_emulated", "fp8_tensorwise", "fp8_rowwise"],
+)
 @pytest.mark.parametrize("attention", ["manual", "sdpa"])
 def test_activation_bytes_other_policies(precision, attention):
     cfg, prec = model_config("micro", attention), policy(precision)
