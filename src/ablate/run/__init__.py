@@ -9,7 +9,9 @@ checkpoint.py  save, load_good, meta: atomic checkpoints, their torch-free metad
 branches.py    a run with several budgets: a constant-rate trunk and a cooldown branch per budget
 watchdog.py    watch: closes the MLflow run of a process that died without closing it (kill -9)
 distributed.py DDP inside a step: ranks, batch slicing, means across ranks
-ranks.py       helpers: the DDP helper processes of a run
+ranks.py       helpers: the DDP helper processes of a run; launched_run: a world torchrun or SLURM started
+fsdp.py        train.parallel=fsdp: FSDP2 per block, its mixed-precision policy, each rank's bytes
+checkpoint_sharded.py  an FSDP run's checkpoint: each rank's shards by torch.distributed.checkpoint
 preemption.py  signals become a checkpoint at the next step boundary, then a requeue
 progress.py    the progress bar of a run and the live line of a sweep
 result.py      RunResult and result.json
