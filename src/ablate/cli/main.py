@@ -7,6 +7,7 @@ Without a command name the arguments go to `train`, so `ablate +sweep=precision`
 from __future__ import annotations
 
 import contextlib
+import difflib
 import gc
 import importlib
 import io
@@ -122,11 +123,9 @@ def usage() -> str:
 def refuse_unknown_command(word: str) -> None:
     """A first word that is neither a command nor an override (KEY=VALUE) nor a flag: a mistyped
     command, named in one line with the closest commands, where Hydra would say "missing EQUAL"."""
-    from difflib import get_close_matches
-
     from ablate.cli.common import fail
 
-    close = get_close_matches(word, COMMANDS, n=2, cutoff=0.5)
+    close = difflib.get_close_matches(word, COMMANDS, n=2, cutoff=0.5)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     fail(f"unknown command {word!r}: {hint}(valid: {', '.join(COMMANDS)}; or overrides KEY=VALUE for {DEFAULT})")
 

@@ -4,6 +4,7 @@ callback.py  SweepCallback (Hydra): plan, parent MLflow run, live progress, summ
 context.py   SWEEP_DIR/sweep.json: what each job knows about its sweep
 folder.py    set_aside: what earlier launches left in a sweep's folder that is not what it should be
 plan.py      prepare + decide_all: every job's config, hash, cost and action before any job runs
+design.py    design_lines: before a sweep over sizes, whether its fit's design checks can pass
 summary.py   summarize: the table, the plots and points.csv of a finished sweep
 rows.py      SummaryRow: a job's row of the summary, typed, and the passes that compute its figures
 plots.py     the summary's plots: loss against FLOPs, final loss against N and D, speed and memory

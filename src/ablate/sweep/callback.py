@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import sys
 import time
@@ -478,8 +479,6 @@ def ui_command(store: str, cwd: Path | None = None) -> str:
     """How this install starts the UI: `ablate ui` where the ablate script is on the PATH (an
     installed package, an activated venv), else `python -m ablate ui`; `(or make ui)` only in a
     checkout whose Makefile has that target and whose store is the one it opens (./mlflow.db)."""
-    import shutil
-
     cwd = cwd or Path.cwd()
     command = f"{'ablate' if shutil.which('ablate') else 'python -m ablate'} ui --store {store}"
     makefile = cwd / "Makefile"
