@@ -125,10 +125,10 @@ class Trainer:
             self.tracker.pending = [tuple(m) for m in state["pending"]] + self.tracker.pending
         if self.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()  # result.measured_peak: this run's steps only
-        wrapped = distributed.wrap(model)  # DDP when this run has several ranks
         if self.cfg.train.compile and self.cfg.train.compile_blocks:
             for block in model.blocks:  # one graph for every block, compiled once (nn.Module.compile)
                 block.compile()
+        wrapped = distributed.wrap(model)  # DDP when this run has several ranks
         whole = self.cfg.train.compile and not self.cfg.train.compile_blocks
         self.forward = torch.compile(wrapped) if whole else wrapped
         c = self.cfg
