@@ -13,7 +13,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -26,15 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from support import DATA, TRUE_LAW
+from support import DATA, TRUE_LAW, free_port
 from support import run_config as support_run_config
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 # -- the session: threads, xdist groups, order ---------------------------------------------------
 

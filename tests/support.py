@@ -5,6 +5,7 @@ starts or writes anything."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import yaml
@@ -116,3 +117,10 @@ ARCH_ARMS = {
     "gqa_rope_qk_norm": dict(n_kv_head=2, position="rope", qk_norm=True),
     "modern": dict(position="rope", norm="rmsnorm", mlp="swiglu", qk_norm=True, n_kv_head=2, tie_embeddings=False),
 }
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on: bound once by the OS, then released."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

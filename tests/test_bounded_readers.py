@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import reliability
-from test_reliability import FIT_DATA, FIT_LAW, _fit_json
+from bad_inputs import FIT_DATA, FIT_LAW, fit_json
 
 pytestmark = [pytest.mark.reliability]
 
@@ -25,19 +25,19 @@ def _deep(path: Path) -> None:
 CASES = {
     "a fit.json nested 200,000 deep, then `ablate plan fit=`": (_deep, "plan", [*PLAN, "fit=INPUT"], "nested deeper"),
     "a fit.json with alpha 1e-300, then `ablate plan fit=`": (
-        lambda p: _fit_json(p, {**FIT_LAW, "alpha": 1e-300}),
+        lambda p: fit_json(p, {**FIT_LAW, "alpha": 1e-300}),
         "plan",
         [*PLAN, "fit=INPUT"],
         "no power law",
     ),
     "a fit.json with E = 1e308, then `ablate plan fit=`": (
-        lambda p: _fit_json(p, {**FIT_LAW, "E": 1e308}),
+        lambda p: fit_json(p, {**FIT_LAW, "E": 1e308}),
         "plan",
         [*PLAN, "fit=INPUT"],
         "E <= 50",
     ),
     "a fit.json with A = 1e300, then `ablate plan fit=`": (
-        lambda p: _fit_json(p, {**FIT_LAW, "A": 1e300}),
+        lambda p: fit_json(p, {**FIT_LAW, "A": 1e300}),
         "plan",
         [*PLAN, "fit=INPUT"],
         "A <= 1e+12",
@@ -77,7 +77,7 @@ def test_a_reader_refuses_what_is_out_of_its_bounds(cli, request, tmp_path, name
 
 def test_the_law_of_the_cases_is_a_fit_plan_takes(cli, tmp_path):
     """The cases above differ from a fit.json plan reads by one number each."""
-    _fit_json(tmp_path / "fit.json")
+    fit_json(tmp_path / "fit.json")
     assert json.loads((tmp_path / "fit.json").read_text())["data"] == FIT_DATA
     proc = cli([*PLAN, f"fit={tmp_path / 'fit.json'}"], tmp_path, command="plan")
     assert proc.returncode == 0, proc.stderr[-2000:]

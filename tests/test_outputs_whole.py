@@ -15,8 +15,8 @@ import pytest
 
 import reliability
 from ablate.files import INCOMPLETE
+from bad_inputs import materialize, statuses
 from support import SMALL_DATA
-from test_reliability import _materialize, statuses
 
 pytestmark = [pytest.mark.reliability]
 
@@ -49,7 +49,7 @@ def _leftovers(folder: Path) -> list[str]:
 )
 @pytest.mark.parametrize("nth", [1, 2, 4])
 def test_a_fit_killed_between_its_renames_is_refused_by_readers_then_replaced_whole(cli, request, tmp_path, nth):
-    args = _materialize(FIT, tmp_path)
+    args = materialize(FIT, tmp_path)
     assert cli(args, tmp_path, command="fit").returncode == 0
     killed = cli(
         [*args, "n_boot=20"], tmp_path, command="fit", env={**os.environ, "ABLATE_FAILPOINTS": f"files.rename@{nth}"}
@@ -124,7 +124,7 @@ def test_leftovers_of_killed_writers_are_removed_by_the_next_command(cli, reques
     (folder / f".fit.json.{pid}.tmp").write_text("{half")
     live = folder / f".notes.md.{os.getppid()}.tmp"  # a live process's: its own
     live.write_text("in progress")
-    proc = cli(_materialize(args, tmp_path), tmp_path, command=command)
+    proc = cli(materialize(args, tmp_path), tmp_path, command=command)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _leftovers(folder) == [live.name]
     reliability.record(
@@ -146,7 +146,7 @@ WRITERS = {
 @pytest.mark.parametrize("command", list(WRITERS))
 def test_an_output_folder_has_one_writer(cli, request, tmp_path, command):
     out = tmp_path / "out"
-    args = [*_materialize(WRITERS[command], tmp_path), f"out={out}"]
+    args = [*materialize(WRITERS[command], tmp_path), f"out={out}"]
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from ablate.run import output_lock; "
          f"output_lock({str(out)!r}).acquire(); print('held', flush=True); time.sleep(60)"],

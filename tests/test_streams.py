@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import reliability
+from bad_inputs import materialize
 from support import SMALL_DATA
-from test_reliability import _materialize
 
 pytestmark = [pytest.mark.reliability]
 
@@ -60,7 +60,7 @@ def _run(args: list[str], cwd: Path, gone: str) -> tuple[int, str]:
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_stream_without_a_reader_is_quiet(request, tmp_path, name):
     args, gone = CASES[name]
-    code, said = _run(_materialize(args, tmp_path), tmp_path, gone)
+    code, said = _run(materialize(args, tmp_path), tmp_path, gone)
     assert code == 0 and "Traceback" not in said and "BrokenPipe" not in said, said[-3000:]
     found = ""
     if (tmp_path / "mlflow.db").exists():

@@ -12,6 +12,8 @@ imports its API at once: the schemas and their parse functions, none of which lo
     child.py           the one entry point of every process the project starts (`python -m ablate.child`)
     errors.py files.py faults.py host.py provenance.py   ConfigError, atomic writes, failpoints,
                                                        cores and processes, config hash and code version
+    redact.py streams.py   passwords in URIs hidden wherever text is recorded or printed; standard
+                           streams that a closed descriptor or a departed reader cannot break
     model/     the GPT and what is applied to it: accounting, precision policies, the optimizer
     data/      token sources: the synthetic language, text, token files
     perf/      hardware, memory, decode bound, roofline, profiling

@@ -451,3 +451,14 @@ def output_dir(out: str | None, root: str | Path, *names: str) -> Path:
     """Where a command writes: out= when given (the user's own choice of folder), else
     root/NAME/... kept inside root (`inside`)."""
     return Path(out) if out else inside(root, *names)
+
+
+def redact_files(folder: Path, pattern: str = "*.yaml") -> None:
+    """Each file matching `pattern` in `folder` rewritten with its passwords hidden (a run's .hydra/
+    files, which Hydra writes with the overrides as given)."""
+    for path in Path(folder).glob(pattern):
+        if not_a_file(path):
+            continue
+        text = path.read_text(errors="replace")
+        if redact(text) != text:
+            write_text(path, redact(text))

@@ -11,7 +11,6 @@ goes through) keep the user name and show the password as ***.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 # scheme://user:password@ (RFC 3986 userinfo); the password is what is hidden
 USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@:'\"]*):(?P<secret>[^\s/@'\"]+)@")
@@ -34,16 +33,3 @@ def redact_tree(obj):
     if isinstance(obj, (list, tuple)):
         return [redact_tree(v) for v in obj]
     return obj
-
-
-def redact_files(folder: Path, pattern: str = "*.yaml") -> None:
-    """Each file matching `pattern` in `folder` rewritten with its passwords hidden (a run's .hydra/
-    files, which Hydra writes with the overrides as given)."""
-    from ablate.files import not_a_file, write_text
-
-    for path in Path(folder).glob(pattern):
-        if not_a_file(path):
-            continue
-        text = path.read_text(errors="replace")
-        if redact(text) != text:
-            write_text(path, redact(text))

@@ -1,16 +1,7 @@
 """A tracking server that is down when a run starts: one line saying so, not MLflow's exception."""
 
-import socket
-
 from ablate.cli.train import store_unreachable
-from support import SMALL_DATA
-
-
-def free_port() -> int:
-    """A port nothing listens on: bound once by the OS, then released."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support import SMALL_DATA, free_port
 
 
 def test_a_server_down_at_start_is_one_line(cli, tmp_path):

@@ -12,7 +12,6 @@ import resource
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import doc_examples as examples
 import pytest
+
+from support import free_port
 
 RUNNER = Path(__file__).with_name("runner.py")
 VENV_BIN = Path(sys.executable).parent
@@ -39,12 +40,6 @@ def command_env(checkout: Path) -> dict:
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stop_group(proc: subprocess.Popen, grace: float = 20) -> None:

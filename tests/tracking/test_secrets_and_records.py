@@ -18,7 +18,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import reliability
-from support import SMALL_DATA
+from support import SMALL_DATA, free_port
 
 pytestmark = [pytest.mark.reliability]
 
@@ -268,8 +268,6 @@ def test_a_yaml_bomb_preset_is_refused_before_composition(request, tmp_path):
 @pytest.fixture
 def plain_http_server(tmp_path):
     """A web server that is not MLflow's (Python's http.server) on a free loopback port."""
-    from conftest import free_port
-
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],

@@ -12,9 +12,8 @@ from pathlib import Path
 
 from ablate.cli.common import fail, hydra_main, hydra_node, resolved_task
 from ablate.config import ConfigError, UnsupportedError, parse_run
-from ablate.files import check_file_slots, check_writable_dir, write_json
+from ablate.files import check_file_slots, check_writable_dir, redact_files, write_json
 from ablate.host import interrupting_signal
-from ablate.redact import redact_files
 from ablate.run import EXIT_BUSY, RESULT_FILE
 from ablate.search import trial_hook
 from ablate.sweep import PROGRESS_FILE, callback, job_context

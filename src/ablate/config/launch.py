@@ -62,6 +62,11 @@ class SubmititSettings:
     # training process
     gpus_per_task: int | None = None
     cpus_per_task: int | None = None
+    # A run over several processes that SLURM starts (one task per rank, joined with env://,
+    # run/distributed.py): nodes x tasks_per_node ranks. Both 1: one task per run, which starts its
+    # own DDP ranks on its node (hardware.gpus_per_node).
+    nodes: int = 1
+    tasks_per_node: int = 1
     mem_gb: float | None = None  # None: the partition's default
     array_parallelism: int = 256  # tasks of the array running at once
     max_num_timeout: int = 3  # requeues after hitting the time limit; preemptions do not count
@@ -72,11 +77,6 @@ class SubmititSettings:
     python: str | None = None  # the interpreter compute nodes run; None: the one launching
     setup: list[str] = field(default_factory=list)  # shell lines before each job, e.g. module load cuda
     additional_parameters: dict[str, Any] = field(default_factory=dict)  # any other sbatch option
-    # A run over several processes that SLURM starts (one task per rank, joined with env://,
-    # run/distributed.py): nodes x tasks_per_node ranks. Both 1: one task per run, which starts its
-    # own DDP ranks on its node (hardware.gpus_per_node).
-    nodes: int = 1
-    tasks_per_node: int = 1
     poll_s: float = 5.0  # seconds between checks of the jobs' states
 
     def validate(self) -> None:
@@ -90,6 +90,11 @@ class SubmititSettings:
         for key in ("max_num_timeout", "signal_delay_s", "gpus_per_task"):
             _at_least(key, getattr(self, key), 0)
         _at_least("cpus_per_task", self.cpus_per_task, 1)
+        if self.cluster == "local" and self.nodes > 1:
+            raise ConfigError(
+                f"hydra.launcher.nodes={self.nodes} with cluster=local: local processes run on this one "
+                "machine (valid: nodes=1, with tasks_per_node for several ranks)"
+            )
         if self.mem_gb is not None and self.mem_gb <= 0:
             raise ConfigError(
                 f"hydra.launcher.mem_gb={self.mem_gb} must be positive (valid: > 0, or null for the cluster's default)"
@@ -101,11 +106,6 @@ class SubmititSettings:
             )
         check_script_values(self)
 
-        if self.cluster == "local" and self.nodes > 1:
-            raise ConfigError(
-                f"hydra.launcher.nodes={self.nodes} with cluster=local: local processes run on this one "
-                "machine (valid: nodes=1, with tasks_per_node for several ranks)"
-            )
 
 # A SLURM job name: written unquoted into the sbatch script's #SBATCH --job-name= line.
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")

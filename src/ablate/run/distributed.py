@@ -23,6 +23,7 @@ joins with env://; rank 0 is the run as before, the others follow it (ranks.py `
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,9 +216,11 @@ def wrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def fully_sharded(model: torch.nn.Module) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
+    """Whether fully_shard made this model an FSDPModule. A model can only be one once
+    torch.distributed.fsdp was imported (by fsdp.shard), so an unsharded run never imports it: the
+    package pulls in sympy and ~600 modules, which every warm-forked sweep job would pay for."""
+    fsdp_module = sys.modules.get("torch.distributed.fsdp")
+    return fsdp_module is not None and isinstance(model, fsdp_module.FSDPModule)
 
 
 def init(rank: int, world: int, store: Path, device: str) -> None:

@@ -38,9 +38,8 @@ from typing import TYPE_CHECKING
 from hydra.experimental.callback import Callback
 
 from ablate.faults import failpoint
-from ablate.files import WriteError, disk_errors, write_json
+from ablate.files import WriteError, disk_errors, redact_files, write_json
 from ablate.host import available_cores, process_alive
-from ablate.redact import redact_files
 from ablate.run import SweepProgress, WatchedJob
 from ablate.sweep import plan as sweep_plan
 from ablate.sweep.context import LAUNCHES_FILE, SWEEP_FILE, read_sweep_file

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ablate.config import CONF_DIR
 from ablate.files import read_json, read_regular, write_files
+from ablate.perf import fp8
 from ablate.sweep.plots import curves_of, plot_final_loss, plot_loss_vs_flops, plot_speed_memory
 from ablate.sweep.rows import (
     MIN_CORE_SHARE,
@@ -349,8 +350,6 @@ def gpu_note(rows: list[SummaryRow]) -> str | None:
 
 def fp8_note() -> str:
     """Where float8 starts to pay, on the GPU benchmarks/bench_gpu.py measured (else: not measured)."""
-    from ablate.perf import fp8
-
     found = fp8.measured()
     return f"- {found.line() if found else fp8.crossover_line(GPU_NOTE_HARDWARE)}."
 
