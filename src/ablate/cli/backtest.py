@@ -34,8 +34,7 @@ EXAMPLE = "ablate backtest points=tests/fixtures/chinchilla.csv"
 def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
-    from ablate.scaling import FitInputError, backtest, backtest_markdown
-    from ablate.scaling.reports.backtest_plot import render_backtest
+    from ablate.scaling import FitInputError, backtest, backtest_markdown, render_backtest
 
     try:
         bc = parse_backtest(OmegaConf.to_container(cfg, resolve=True))

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ablate.cli.common import compose_run, fail
 from ablate.config import ConfigError
-from ablate.files import check_writable_dir
+from ablate.files import check_writable_dir, write_bytes
 from ablate.run import RESULT_FILE, read_result
 
 EXAMPLE = (
@@ -131,21 +131,18 @@ def make(fit: Path, out: Path, args: list[str]) -> dict:
 
 def draw(fit: Path, doc: dict, path: Path) -> None:
     """The target on the law, beside the prediction (scaling/reports/prediction_plot.py)."""
-    from ablate.files import write_bytes
-    from ablate.scaling import load_fit
-    from ablate.scaling.predict import predict
-    from ablate.scaling.reports.prediction_plot import render_prediction
+    from ablate.scaling import load_fit, predict, render_prediction
 
     predictor = load_fit(str(fit)).predictor
     t = doc["target"]
-    p = predict(predictor, N=t["params"], D=t["tokens"], C=t["flops"])
+    p = predict.predict(predictor, N=t["params"], D=t["tokens"], C=t["flops"])
     write_bytes(path, render_prediction(predictor, p, doc["verdict"]))
 
 
 def outside_target(args: list[str]) -> dict[str, float] | None:
     """predict()'s N, D, C from target.* arguments; None when there are none (a run config's overrides).
     Mixing the two, naming one quantity twice or an unknown key is refused in one line."""
-    from ablate.sweep.prediction import OUTSIDE_TARGET
+    from ablate.sweep import prediction
 
     keyed = [a for a in args if a.startswith(TARGET_PREFIX)]
     if not keyed:
@@ -159,9 +156,9 @@ def outside_target(args: list[str]) -> dict[str, float] | None:
     target: dict[str, float] = {}
     for a in keyed:
         key, _, text = a[len(TARGET_PREFIX) :].partition("=")
-        if key not in OUTSIDE_TARGET:
-            raise ConfigError(f"target.{key} is not a target key (valid: {', '.join(OUTSIDE_TARGET)})")
-        name = OUTSIDE_TARGET[key]
+        if key not in prediction.OUTSIDE_TARGET:
+            raise ConfigError(f"target.{key} is not a target key (valid: {', '.join(prediction.OUTSIDE_TARGET)})")
+        name = prediction.OUTSIDE_TARGET[key]
         if name in target:
             raise ConfigError(f"{a} names {name} a second time (valid: each of N, D, C once)")
         target[name] = positive(f"target.{key}", text)
@@ -220,8 +217,8 @@ def outcome_fields(args: list[str]) -> dict[str, float]:
 
 def csv_outcome(path: Path, target: dict) -> tuple[dict[str, float], int]:
     """The row of a CSV (columns loss and any of params, tokens, flops) whose params, tokens and FLOPs
-    are the target's (each given one within OUTSIDE_MATCH); a CSV of one row needs none of them."""
-    from ablate.sweep.prediction import OUTSIDE_MATCH
+    are the target's (each given one within prediction.OUTSIDE_MATCH); a CSV of one row needs none of them."""
+    from ablate.sweep import prediction
 
     try:
         with path.open(newline="") as fh:
@@ -233,12 +230,14 @@ def csv_outcome(path: Path, target: dict) -> tuple[dict[str, float], int]:
     keys = [k for k in ("params", "tokens", "flops") if k in rows[0]]
     for line, row in enumerate(rows, start=2):
         fields = {k: positive(f"{path} line {line} {k}", row[k]) for k in ("loss", *keys)}
-        if all(math.isclose(fields[k], target[k], rel_tol=OUTSIDE_MATCH) for k in keys) and (keys or len(rows) == 1):
+        if all(math.isclose(fields[k], target[k], rel_tol=prediction.OUTSIDE_MATCH) for k in keys) and (
+            keys or len(rows) == 1
+        ):
             return fields, line
     shown = ", ".join(f"{k}={target[k]:.4g}" for k in keys) or "a key"
     raise ConfigError(
         f"{path} has no row for the target ({shown}) (valid: a row with the target's "
-        f"{', '.join(keys) or 'params and tokens'} within {OUTSIDE_MATCH:.0%})"
+        f"{', '.join(keys) or 'params and tokens'} within {prediction.OUTSIDE_MATCH:.0%})"
     )
 
 

@@ -61,6 +61,8 @@ __all__, __getattr__, __dir__ = lazy_api(
         "reports.export": ("export_fit",),
         "reports.fitfile": ("FitLaw", "load_fit"),
         "reports.multiplier_export": ("export_multiplier",),
+        "reports.backtest_plot": ("render_backtest",),
+        "reports.prediction_plot": ("render_prediction",),
     },
     modules=("predict", "backtest", "runs", "reports.report", "reports.multiplier_export"),
 )
