@@ -126,7 +126,8 @@ def test_precision_sweep_end_to_end(cli, workdir):
     children = [r for r in runs if "precision.name" in r.data.params]
     parents = [r for r in runs if r.data.tags.get("ablate.kind") == "sweep"]
     assert sorted((r.data.params["precision.name"], r.data.params["train.seed"]) for r in children) == sorted(
-        (p, str(s)) for p in ("fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise_emulated", "fp8_rowwise_emulated")
+        (p, str(s))
+        for p in ("fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise_emulated", "fp8_rowwise_emulated")
         for s in range(3)
     )
     assert all(r.info.status == "FINISHED" for r in runs)

@@ -265,9 +265,7 @@ class PrecisionConfig:
         if self.loss_scaling and self.autocast != "fp16":
             raise ConfigError("precision.loss_scaling=true needs precision.autocast=fp16 (valid: fp16 autocast)")
         if self.emulate and not self.fp8:
-            raise ConfigError(
-                "precision.emulate=true needs an fp8 recipe (valid: precision.fp8=tensorwise or rowwise)"
-            )
+            raise ConfigError("precision.emulate=true needs an fp8 recipe (valid: precision.fp8=tensorwise or rowwise)")
         self._check_name()
 
     # What a precision's name says about its numbers: runs are recorded, compared and priced by name.
