@@ -149,8 +149,15 @@ def test_intervals_on_a_known_law_cover_and_are_sharp(coarse_grid, noise, misfit
 def test_backtest_reports_coverage_error_and_width_by_distance(coarse_grid):
     # a curvature ten times the known-law test's: the law's error past each cut grows faster than
     # linearly, faster than any drift measured inside the data
-    bt = backtest(law_ladder(0.003, 0.3, 4), FitOptions(n_boot=30, grid=coarse_grid))
+    seen = []
+    bt = backtest(
+        law_ladder(0.003, 0.3, 4),
+        FitOptions(n_boot=30, grid=coarse_grid),
+        progress=lambda label, i, total: seen.append((i, total)),
+    )
     assert len(bt.cuts) == 5 and all(c.law is not None for c in bt.cuts)
+    # `ablate backtest`'s bar: each cut's fit as it starts, then the end
+    assert seen == [(i, 5) for i in range(6)]
     assert len(bt.runs) == sum(c.n_held for c in bt.cuts)
     bins = bt.bins()
     assert bins[0].lo == 0.0 and sum(b.n for b in bins) == len(bt.runs)

@@ -23,7 +23,7 @@ import sys
 import time
 
 from ablate.cli.common import claim_output, fail, hydra_main
-from ablate.cli.fit import fit_options, load_inputs
+from ablate.cli.fit import StageBar, fit_options, load_inputs
 from ablate.config import ConfigError, parse_backtest
 from ablate.files import write_files
 
@@ -41,7 +41,8 @@ def task(cfg) -> dict:
         claim_output(bc.out_dir, "out")  # before minutes of fitting, not after
         inputs = load_inputs(bc)
         started = time.perf_counter()
-        result = backtest.backtest(inputs.points, fit_options(bc), tuple(float(c) for c in bc.cuts))
+        cuts = tuple(float(c) for c in bc.cuts)
+        result = backtest.backtest(inputs.points, fit_options(bc), cuts, progress=StageBar("backtest", "cut"))
         title = f"Backtest of {bc.experiment or bc.points}: {len(inputs.points)} runs, cuts {bc.cuts}"
         md = backtest_markdown(result, title)
         doc = {"source": inputs.source, "cuts": bc.cuts, "n_boot": bc.n_boot, **result.to_dict()}

@@ -9,6 +9,7 @@ how wide the interval was. `held_out` is the same with one cut: all but the k la
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -304,9 +305,15 @@ class Backtest:
         }
 
 
-def backtest(points: Points, opts: FitOptions, cuts: tuple[float, ...] = BACKTEST_CUTS) -> Backtest:
+def backtest(
+    points: Points,
+    opts: FitOptions,
+    cuts: tuple[float, ...] = BACKTEST_CUTS,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> Backtest:
     """Fit below each cut (fractions of the runs' log-C span, each cut at the largest run below it)
-    and predict the runs above it."""
+    and predict the runs above it. progress(label, done, total) as each cut's fit starts and when the
+    last one ends (each is a whole fit with its bootstrap: a few seconds to a minute apiece)."""
     for f in cuts:
         if not 0 < f < 1:
             raise FitInputError(f"backtest cut {f:g} is not a fraction of the compute span (valid: 0 < cut < 1)")
@@ -323,7 +330,7 @@ def backtest(points: Points, opts: FitOptions, cuts: tuple[float, ...] = BACKTES
             f"backtest: {len(points)} run(s) at {len(np.unique(logC))} compute budget(s) leave no run above any cut "
             "to predict (valid: runs at several compute budgets, the more the better)"
         )
-    return _run(points, opts, masks)
+    return _run(points, opts, masks, progress)
 
 
 def held_out(points: Points, k: int, opts: FitOptions) -> Backtest:
@@ -335,10 +342,17 @@ def held_out(points: Points, k: int, opts: FitOptions) -> Backtest:
     return _run(points, opts, [below])
 
 
-def _run(points: Points, opts: FitOptions, masks: list[np.ndarray]) -> Backtest:
+def _run(
+    points: Points,
+    opts: FitOptions,
+    masks: list[np.ndarray],
+    progress: Callable[[str, int, int], None] | None = None,
+) -> Backtest:
     cuts, runs = [], []
-    for below in masks:
+    for k, below in enumerate(masks):
         fitted = points.subset(np.flatnonzero(below))
+        if progress is not None:
+            progress(f"fit below cut {k + 1} of {len(masks)} ({len(fitted)} runs)", k, len(masks))
         held = np.flatnonzero(~below)
         C_cut = float(fitted.C.max())
         try:
@@ -379,4 +393,6 @@ def _run(points: Points, opts: FitOptions, masks: list[np.ndarray]) -> Backtest:
                     p.verdict,
                 )
             )
+    if progress is not None:
+        progress("done", len(masks), len(masks))
     return Backtest(tuple(cuts), tuple(runs))
