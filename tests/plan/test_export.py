@@ -3,6 +3,7 @@ and torchtitan 0.3.0's own ConfigManager loads it (scripts/install_torchtitan.sh
 the tests) into the run the plan priced."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,11 +34,15 @@ print(json.dumps({
 """
 
 
+# Where scripts/install_torchtitan.sh puts torchtitan: beside the project's environment, not in it.
+TORCHTITAN_SITE = Path(os.environ.get("TORCHTITAN_SITE", Path(sys.prefix) / "torchtitan-site"))
+
+
 def torchtitan_loads(folder: Path) -> dict:
     done = subprocess.run(
         [sys.executable, "-c", LOAD],
         cwd=folder,
-        env={"PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin", "HOME": str(folder)},
+        env={"PYTHONPATH": f"{folder}:{TORCHTITAN_SITE}", "PATH": "/usr/bin:/bin", "HOME": str(folder)},
         capture_output=True,
         text=True,
         timeout=300,
