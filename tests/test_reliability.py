@@ -777,11 +777,13 @@ def _check_load(request, uri: str, outcomes) -> None:
     runs = client.search_runs([exp.experiment_id])
     others = [e for e in client.search_experiments() if e.experiment_id != exp.experiment_id]
     stray = sum(len(client.search_runs([e.experiment_id])) for e in others)
-    expected = N_CONCURRENT * 20 * 6  # six metrics at each of 20 steps per run
+    # six metrics at each of 20 steps per run; the speed of an interval that warmed up (the first
+    # step's) is logged as warmup/tokens_per_s and warmup/mfu, apart from the steady figures
+    expected = N_CONCURRENT * 20 * 6
     found = sum(
         len(client.get_metric_history(r.info.run_id, k))
         for r in runs
-        for k in ("train/loss", "lr", "tokens", "flops", "tokens_per_s", "mfu")
+        for k in ("train/loss", "lr", "tokens", "flops", "tokens_per_s", "mfu", "warmup/tokens_per_s", "warmup/mfu")
     )
     assert len(runs) == N_CONCURRENT and all(r.info.status == "FINISHED" for r in runs)
     assert stray == 0
