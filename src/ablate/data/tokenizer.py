@@ -135,16 +135,29 @@ def _train(chunks: list[bytes], vocab_size: int, progress: bool, special: tuple[
     return tok
 
 
+def _address_space() -> int:
+    """This process's virtual address space in bytes (/proc/self/statm's first field, in pages): a
+    fork inherits it whole (a process that imported torch maps gigabytes it never touches), so the
+    training's bound is added to it rather than counting it against training."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _bounded(work: Callable[[], None], seconds: float, memory: int, vocab_size: int) -> None:
-    """work() in a forked process under RLIMIT_AS=memory, killed after `seconds`, or at once when
-    this process is interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM through cli/main.entry)."""
+    """work() in a forked process whose address space may grow by `memory` past what the fork
+    inherited (RLIMIT_AS), killed after `seconds`, or at once when this process is interrupted
+    (KeyboardInterrupt: Ctrl-C, or SIGTERM through cli/main.entry)."""
     pid = os.fork()
     if pid == 0:  # the child: train, save, exit without the parent's clean-up
         code = 1
         try:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+            limit = _address_space() + memory
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             work()
             code = 0
         except MemoryError:
