@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ablate.config.data import DataConfig, parse_data
 from ablate.config.presets import CONF_DIR, real_name
@@ -41,7 +41,7 @@ MAX_FLUSH_INTERVAL_S = 3600.0
 BUDGET_KEYS = ("steps", "tokens", "flops", "tokens_per_param")
 REAL_FP8 = ("tensorwise", "rowwise")  # precision.fp8 values: torchao's float8 training recipes
 
-PRECISION_NAMES = (
+PrecisionName = Literal[
     "fp32",
     "bf16",
     "bf16_pure",
@@ -50,7 +50,8 @@ PRECISION_NAMES = (
     "fp8_rowwise",
     "fp8_tensorwise_emulated",
     "fp8_rowwise_emulated",
-)
+]
+PRECISION_NAMES: tuple[str, ...] = get_args(PrecisionName)
 DEVICE_KINDS = ("cpu", "cuda", "mps")
 # The built-in arms of each swappable part of a block; each part also takes PACKAGE.MODULE:CLASS, a
 # class of the user's own built as CLASS(model_cfg) that maps (B, T, C) to (B, T, C) (model/parts.py).
@@ -210,16 +211,7 @@ def check_part(key: str, spec: str, builtin: tuple[str, ...]) -> None:
 
 @dataclass
 class PrecisionConfig:
-    name: Literal[
-        "fp32",
-        "bf16",
-        "bf16_pure",
-        "fp16",
-        "fp8_tensorwise",
-        "fp8_rowwise",
-        "fp8_tensorwise_emulated",
-        "fp8_rowwise_emulated",
-    ] = "fp32"
+    name: PrecisionName = "fp32"
     # Storage dtype of weights and gradients; optimizer moments stay fp32 in every policy.
     param_dtype: Literal["fp32", "bf16"] = "fp32"
     autocast: Literal["bf16", "fp16"] | None = None
