@@ -68,8 +68,8 @@ def run_config(path: Path, tracking: str = "none", **overrides):
     }
     tree["data"].update(n_words=500, train_tokens=200_000, val_tokens=20_000)
     tree["train"].update(steps=20, eval_interval=10, log_interval=5, progress=False)
-    if tracking == "mlflow":
-        tree["tracking"]["uri"] = f"sqlite:///{path / 'mlflow.db'}"
+    if tracking == "mlflow":  # the preset's defaults read MLflow's variables, which Hydra resolves
+        tree["tracking"].update(uri=f"sqlite:///{path / 'mlflow.db'}", experiment="ablate")
     for key, value in overrides.items():
         section, _, leaf = key.partition(".")
         if leaf:
