@@ -62,7 +62,7 @@ class Resources:
 
     def describe(self) -> str:
         held = f", {self.gpus.per_job} GPU(s) each of {','.join(self.gpus.gpus)}" if self.gpus else ""
-        return f"{self.workers} at a time, {self.threads} thread(s){held}"
+        return f"{self.workers} at a time, {self.threads} thread(s) each{held}"
 
 
 @dataclass
