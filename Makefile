@@ -27,11 +27,11 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	  || { tail -n 30 $(VENV)/install.log; echo "error: the install failed (full log: $(VENV)/install.log)"; exit 1; }
 	@touch $@
 
-# The lock from pyproject.toml's ranges and extras (dev, fp8, postgres), keeping the versions it
+# The lock from pyproject.toml's ranges and extras (dev, fp8, postgres, dashboard), keeping the versions it
 # already pins where they still fit; torch held at the CPU build these machines install.
 lock: $(VENV)/.installed
 	@printf 'torch==2.13.0\n' > $(VENV)/torch-cpu.txt
-	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile -q --extra dev --extra fp8 --extra postgres \
+	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile -q --extra dev --extra fp8 --extra postgres --extra dashboard \
 	  --strip-extras --no-emit-index-url --no-emit-find-links -c $(VENV)/torch-cpu.txt -o requirements.lock pyproject.toml
 
 # The real-text corpus of data=debian_docs: three Debian documentation packages (docs/data.md).

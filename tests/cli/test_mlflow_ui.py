@@ -399,13 +399,14 @@ def test_the_demo_and_a_ladder_are_grouped_by_their_swept_keys_above_the_fold(ch
 
 @pytest.fixture(scope="module")
 def sampled_run(cli, tmp_path_factory):
-    """One run that sampled its system metrics every 0.5 s (MLflow's default, 10 s, is longer than
-    a test run), in its own folder."""
+    """One run that sampled its system metrics every 0.1 s (MLflow's default, 10 s, is longer than
+    a test run; 90 nano steps can take under a second, less than two samples at 0.5 s), in its own
+    folder."""
     workdir = tmp_path_factory.mktemp("ui-run")
     proc = cli(
-        ["model=nano", "train.steps=90", "train.progress=false", "tracking.experiment=ui-run", *SMALL_DATA],
+        ["model=nano", "train.steps=300", "train.progress=false", "tracking.experiment=ui-run", *SMALL_DATA],
         workdir,
-        env={"MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.5"},
+        env={"MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.1"},
         timeout=TIMEOUT_S,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -96,8 +96,9 @@ def test_a_sharded_checkpoint_saved_by_two_ranks_resumes_on_four(tmp_path):
 @pytest.mark.slow
 def test_a_signal_to_rank_0_checkpoints_every_ranks_shards_at_the_next_step(tmp_path):
     """SIGTERM to rank 0 alone: the ranks agree on it at the next step boundary, all write their shards,
-    rank 0 names them and ends the run KILLED; the same command resumes from that step."""
-    steps, log = 100, tmp_path / "log"
+    rank 0 names them and ends the run KILLED; the same command resumes from that step. 1000 steps
+    (about 20 s on two CPU ranks): 100 could finish between the first logged step and the signal."""
+    steps, log = 1000, tmp_path / "log"
     extra = (f"train.steps={steps}", "train.parallel=fsdp", "train.checkpoint_interval=1000")
     first = torchrun(tmp_path, 2, *extra, log=log)
     try:
