@@ -34,6 +34,7 @@ from torch.utils._pytree import tree_flatten
 
 from ablate.config import ConfigError
 from ablate.files import temporary_path, write_json, write_text
+from ablate.perf.trace_log import kineto_quiet
 
 if TYPE_CHECKING:
     from ablate.config import TrainConfig
@@ -272,17 +273,20 @@ class StepCapture:
             return
         if step == self.traced[0]:
             self._prof = _profiler(self.device)
-            self._prof.start()
+            with kineto_quiet():
+                self._prof.start()
         try:
             with torch.profiler.record_function(STEP):
                 yield
                 _sync(self.device)
         except BaseException:
-            self._prof.stop()
+            with kineto_quiet():
+                self._prof.stop()
             self._prof = None
             raise
         if step == self.traced[-1]:
-            self._prof.stop()
+            with kineto_quiet():
+                self._prof.stop()
             self.profile = analyse(self._prof.events(), self.counts, self.device, list(self.traced), self.start)
             self.finish(self.profile, self._prof)
             self._prof = None
