@@ -271,3 +271,33 @@ def test_a_description_someone_wrote_is_left_alone(store, name):
     views.save_sweep_view(client, eid, "s1", "sweep a", ["s1"])
     assert client.get_experiment(eid).tags[NOTE_TAG] == "my notes"
     assert SHARED_VIEW_PREFIX + "s1" in client.get_experiment(eid).tags  # the view is saved all the same
+
+
+def test_a_grouped_views_parallel_chart_numbers_the_text_values_it_shows(store, name):
+    # Grouped, MLflow 3.17 averages each group's params and its parallel-coordinates card refuses
+    # any param holding text: every axis must then be a number in every run.
+    client = MlflowClient(store)
+    eid = ensure_experiment(store, name)
+    runs = []
+    for r in demo_runs():
+        run = client.create_run(eid, run_name=r.name)
+        for key, value in r.params.items():
+            client.log_param(run.info.run_id, key, value)
+        runs.append(views.SweepRun(run.info.run_id, r.name, r.params))
+    views.save_sweep_view(client, eid, "sw-t", "demo", ["sw-t"], runs, ["precision", "train.seed"])
+    state = json.loads(json.loads(client.get_experiment(eid).tags[SHARED_VIEW_PREFIX + "sw-t"])["state"])
+    assert state["useGroupedValuesInCharts"] is True
+    axes = next(c for c in state["compareRunCharts"] if c["type"] == "PARALLEL")["selectedParams"]
+    assert axes == ["precision.name: 1 fp32 2 bf16 3 fp16 4 fp8_tensorwise_emulated", "train.seed"]
+    for r in runs:
+        params = client.get_run(r.run_id).data.params
+        assert all(float(params[a]) == float(params[a]) for a in axes)  # a number, never NaN
+        assert axes[0].split()[2 * int(params[axes[0]])] == r.params["precision.name"]
+    again = [views.SweepRun(r.run_id, r.name, client.get_run(r.run_id).data.params) for r in runs]
+    assert views.parallel_params(again, ["precision", "train.seed"]) == ["precision.name", "train.seed"]
+
+
+def test_an_ungrouped_view_keeps_text_axes_which_mlflow_draws_as_categories():
+    runs = demo_runs()[:6:3]  # fp32 and bf16, one seed each: both entries fit in the legend
+    assert views.legend_groups(runs, ["precision"]) == []
+    assert views.parallel_params(runs, ["precision"]) == ["precision.name"]

@@ -22,7 +22,8 @@ What MLflow 3.17.2's UI honours, read from its bundle (mlflow/server/js/build/st
 - every run shown: runsHiddenMode SHOW_ALL (the default draws the first 10 rows).
 While the sweep runs the view charts val/loss against the metric `flops` (linear; CURVE is
 written when the sweep ends); once it ended, CURVE on log axes, and a parallel-coordinates chart
-of the numeric params its runs differ in against val/loss (swept_params).
+of the params its runs differ in against val/loss (swept_params), text values numbered where the
+view groups its runs (numbered_axes).
 The experiment's description (tag mlflow.note.content) is rendered as markdown on the
 experiment's page and shown raw in the experiments lists, so it is plain words with one markdown
 link (no emphasis marks): each sweep's view, newest first. Links carry
@@ -190,11 +191,12 @@ def swept_params(params: list[dict]) -> list[str]:
 
 
 def differing(params: list[dict]) -> list[str]:
-    """The params, derived.* left out, that the runs set differently, sorted."""
+    """The params, derived.* and numbered axes left out, that the runs set differently, sorted."""
     if len(params) < 2:
         return []
     keys = set.intersection(*(set(p) for p in params))
-    return sorted(k for k in keys if not k.startswith("derived.") and len({p[k] for p in params}) > 1)
+    # a name with ": " is a numbered axis of an earlier view (numbered_axes), no config key
+    return sorted(k for k in keys if not k.startswith("derived.") and ": " not in k and len({p[k] for p in params}) > 1)
 
 
 def legend_fits(labels: list[str], width_px: int = LEGEND_WIDTH_PX, rows: int = LEGEND_ROWS) -> bool:
@@ -270,6 +272,38 @@ def parallel_params(runs: list[SweepRun], swept: list[str] | None = None) -> lis
     return list(dict.fromkeys([*keys, *swept_params(params)]))
 
 
+# What MLflow allows in a param's name (mlflow.utils.validation, on POSIX) and how long it may be.
+PARAM_NAME_UNSAFE = re.compile(r"[^/\w.\- :]")
+MAX_PARAM_NAME = 250
+
+
+def numbered_axes(client, runs: list[SweepRun], axes: list[str]) -> list[str]:
+    """The parallel-coordinates axes of a grouped view, each a number in every run. MLflow 3.17
+    averages a group's params for its charts, and its parallel-coordinates card then refuses a
+    param holding text ("does not support aggregated string values"): the whole card is that
+    message. So each axis whose values are text (precision names, model names) gets a param per
+    run holding the value's number, 1, 2, ... in the order the runs first show them, named with the
+    key and what each number stands for ("precision.name: 1 fp32 2 bf16 3 fp16"), which the chart
+    prints as the axis' title; numeric axes are kept as they are."""
+    from mlflow.entities import Param
+
+    out = []
+    for axis in axes:
+        values = list(dict.fromkeys(r.params[axis] for r in runs))
+        if all(_number(v) for v in values):
+            out.append(axis)
+            continue
+        legend = " ".join(f"{i} {PARAM_NAME_UNSAFE.sub('_', v)}" for i, v in enumerate(values, start=1))
+        name = f"{axis}: {legend}"
+        if len(name) > MAX_PARAM_NAME:
+            name = name[: MAX_PARAM_NAME - 4].rsplit(" ", 1)[0] + " ..."
+        number = {v: str(i) for i, v in enumerate(values, start=1)}
+        for r in runs:
+            client.log_batch(r.run_id, params=[Param(name, number[r.params[axis]])])
+        out.append(name)
+    return out
+
+
 def log_curves(client, run_ids: list[str]) -> list[str]:
     """Log each run's val/loss as CURVE at step = the flops logged at the same step (module doc);
     logging again adds nothing (MLflow skips a point it has). Returns the runs left out: FLOPs past
@@ -339,7 +373,9 @@ def save_sweep_view(
     now = int(time.time() * 1000)
     if runs:
         run_ids = [r.run_id for r in runs]
-        chosen = {"swept": parallel_params(runs, swept), "group_by": tag_groups(client, runs, swept)}
+        groups = tag_groups(client, runs, swept)
+        axes = parallel_params(runs, swept)
+        chosen = {"swept": numbered_axes(client, runs, axes) if groups else axes, "group_by": groups}
         value = _envelope(name, created or now, now, view_state(sweep_ids, run_ids, **chosen))
         if len(value) > MAX_TAG_VALUE:  # too many runs to list by id: select them by sweep tag
             value = _envelope(name, created or now, now, view_state(sweep_ids, **chosen))
