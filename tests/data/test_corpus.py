@@ -72,8 +72,8 @@ def test_files_split_needs_two_files_and_never_holds_out_all(tmp_path):
 
 def test_the_tail_split_keeps_the_hashes_and_cache_folders_made_before_the_choice(tmp_path):
     """Runs recorded before val_split existed keep their config hash (the long text ladder's target,
-    trained on the tail split, which its sweep preset now names) and their prepared token folder; the
-    files split is another run and another folder."""
+    trained on the tail split, which its sweep preset now names); the files split is another run and
+    another token folder (encoded with the same tokenizer, data/tokenizer.shared_tokenizer)."""
     from ablate.cli.common import compose_run
     from ablate.data.tokenizer import cache_key
     from ablate.perf.hardware import resolve
@@ -101,3 +101,24 @@ def test_the_debian_docs_validation_files_come_from_each_of_its_packages():
     held = [corpus.files[i] for i in corpus.val_files(cfg["val_fraction"])]
     packages = set(package_versions(held))
     assert {"linux-doc-6.1", "python3.11-doc", "perl-doc"} <= packages
+
+
+def test_the_sweep_presets_on_one_corpus_validate_on_one_split():
+    """A ladder's law and an ablation's multipliers on the same corpus are scored on the same text:
+    every sweep preset that trains on a data preset resolves to one validation split."""
+    from support import CONF, preset
+
+    splits: dict = {}
+    for path in sorted((CONF / "sweep").glob("*.yaml")):
+        doc = preset("sweep", path.stem)
+        data = next(
+            (d["override /data"] for d in doc.get("defaults", []) if isinstance(d, dict) and "override /data" in d),
+            None,
+        )
+        if data is None or preset("data", data).get("kind") != "text":
+            continue
+        split = (doc.get("data") or {}).get("val_split", preset("data", data).get("val_split"))
+        splits.setdefault(data, {})[path.stem] = split
+    assert "architecture" in splits["debian_docs"] and "text_ladder" in splits["debian_docs"]
+    for data, by_preset in splits.items():
+        assert len(set(by_preset.values())) == 1, (data, by_preset)

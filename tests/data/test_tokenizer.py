@@ -71,12 +71,31 @@ def test_a_run_reads_a_prepared_folder_with_its_vocabulary_and_bytes_per_token(p
 def test_text_with_bpe_prepares_once_and_reuses_the_cache(tmp_path, corpus):
     cfg = TextDataConfig(max_bytes=CORPUS_BYTES, tokenizer="bpe", vocab_size=512, cache_dir=str(tmp_path))
     first = load_data(cfg)
-    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("tokenizer-")]
     stamp = (folder / "train.bin").stat().st_mtime_ns
     second = load_data(cfg)
     assert (folder / "train.bin").stat().st_mtime_ns == stamp  # read, not prepared again
     assert first.vocab_size == second.vocab_size == 512 and np.array_equal(first.val, second.val)
     assert first.bytes_per_token > 1.5
+
+
+def test_one_tokenizer_serves_every_split_of_a_corpus_trained_on_text_neither_holds_out(tmp_path, corpus, monkeypatch):
+    trained = []
+    train_bpe = tokenizer.train_bpe
+    monkeypatch.setattr(tokenizer, "train_bpe", lambda text, *a, **k: trained.append(text) or train_bpe(text, *a, **k))
+    tail = TextDataConfig(max_bytes=CORPUS_BYTES, tokenizer="bpe", vocab_size=512, cache_dir=str(tmp_path))
+    files = TextDataConfig(**{**tail.__dict__, "val_split": "files"})
+    by_tail, by_files = load_data(tail), load_data(files)
+    assert len(trained) == 1  # the second split encodes with the first's tokenizer
+    folders = [p for p in tmp_path.iterdir() if p.is_dir() and (p / tokenizer.META).is_file()]
+    assert len(folders) == 2
+    assert (folders[0] / tokenizer.TOKENIZER).read_bytes() == (folders[1] / tokenizer.TOKENIZER).read_bytes()
+    assert not np.array_equal(by_tail.val[:1000], by_files.val[:1000])  # two splits, one vocabulary
+    text = b"".join(trained[0])
+    for split in ("tail", "files"):
+        _, val = corpus.split(0.05, split)
+        assert all(chunk not in text for chunk in val if len(chunk) > 200)  # no validation text seen
+    assert len(text) > 0.85 * corpus.size
 
 
 def test_bits_per_byte_puts_tokenizers_on_one_scale():

@@ -71,6 +71,19 @@ class Corpus:
         val = [c for i, c in enumerate(self.chunks) if i in held and c]
         return train, val
 
+    def unsplit_text(self, val_fraction: float) -> list[bytes]:
+        """The text no split holds out at `val_fraction`: neither the tail nor the files drawn by
+        hash (the whole tail split's training text where the corpus is one file). A tokenizer
+        trained on it serves every split of the corpus without having seen validation text."""
+        held = self.val_files(val_fraction) if len(self.files) > 1 else set()
+        cut = self.size - max(1, int(self.size * val_fraction))
+        out, seen = [], 0
+        for i, chunk in enumerate(self.chunks):
+            if i not in held and seen < cut:
+                out.append(chunk[: cut - seen])
+            seen += len(chunk)
+        return [c for c in out if c]
+
     def fingerprint(self) -> str:
         """Which files and how much of each: a change of either means new tokens."""
         h = hashlib.sha256()

@@ -175,9 +175,10 @@ def _bpe(cfg: TextDataConfig, corpus) -> TokenData:
         fcntl.flock(lock, fcntl.LOCK_EX)
         meta = tokenizer.read_meta(folder)
         if meta is None:
-            print(f"data: training a {vocab}-token BPE tokenizer on {corpus.size:,} bytes -> {folder}", file=sys.stderr)
+            shared = tokenizer.shared_tokenizer(corpus, Path(cfg.cache_dir), cfg.val_fraction, vocab)
+            print(f"data: encoding {corpus.size:,} bytes, {cfg.val_split} split -> {folder}", file=sys.stderr)
             meta = tokenizer.prepare(
-                corpus, folder, cfg.val_fraction, vocab_size=vocab, val_split=cfg.val_split, key="data.cache_dir"
+                corpus, folder, cfg.val_fraction, tokenizer_file=shared, val_split=cfg.val_split, key="data.cache_dir"
             )
     return _prepared(folder, meta, cfg.name)
 

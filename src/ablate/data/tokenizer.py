@@ -23,6 +23,7 @@ import re
 import resource
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ import numpy as np
 
 from ablate.config import ConfigError
 from ablate.data.corpus import Corpus, package_versions
-from ablate.files import read_regular, staged_folder
+from ablate.files import read_regular, staged_folder, write_bytes
 
 META = "meta.json"
 TOKENIZER = "tokenizer.json"
@@ -310,14 +311,44 @@ def load_tokens(directory: Path, split: str, meta: PreparedMeta) -> np.memmap:
 
 
 def cache_key(corpus: Corpus, val_fraction: float, vocab_size: int, val_split: str = "tail") -> str:
-    """A prepared folder's name under the cache: the corpus, the split and the vocabulary (the
-    default tail split adds nothing, so folders prepared before val_split existed are found again)."""
+    """A prepared folder's name under the cache: the corpus, the split, the vocabulary and the
+    tokenizer its tokens come from (the corpus's one tokenizer, `shared_tokenizer`)."""
 
+    blob = f"{tokenizer_key(corpus, val_fraction, vocab_size)}|{val_split}"
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def tokenizer_key(corpus: Corpus, val_fraction: float, vocab_size: int) -> str:
+    """The name of a corpus's tokenizer under the cache: one per corpus, vocabulary and held-out
+    fraction, whatever the split (it is trained on the text no split holds out)."""
     import tokenizers
 
-    how = "" if val_split == "tail" else f"|{val_split}"
-    blob = f"{corpus.fingerprint()}|{val_fraction}|{vocab_size}|{tokenizers.__version__}{how}"
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    blob = f"{corpus.fingerprint()}|{val_fraction}|{vocab_size}|{tokenizers.__version__}|unsplit"
+    return "tokenizer-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def shared_tokenizer(corpus: Corpus, cache_dir: Path, val_fraction: float, vocab_size: int) -> Path:
+    """The corpus's tokenizer.json, trained once for every split (Corpus.unsplit_text: the text
+    neither the tail nor the files split holds out at this fraction) and kept in
+    cache_dir/tokenizer-KEY/; a lock per folder, so that the jobs of a sweep train it once. The
+    folders of each split's tokens encode with it (sources.py), so runs on either split share one
+    vocabulary and a second split costs an encoding pass, not a second training."""
+    import fcntl
+
+    folder = Path(cache_dir).expanduser() / tokenizer_key(corpus, val_fraction, vocab_size)
+    path = folder / TOKENIZER
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_file():
+            text = corpus.unsplit_text(val_fraction)
+            print(
+                f"data: training a {vocab_size}-token BPE tokenizer on {sum(map(len, text)):,} bytes "
+                f"(the text no validation split holds out) -> {folder}",
+                file=sys.stderr,
+            )
+            write_bytes(path, train_bpe(text, vocab_size).to_str().encode())
+    return path
 
 
 def _text(chunk: bytes) -> str:
