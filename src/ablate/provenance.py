@@ -3,6 +3,7 @@ that determines it."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -12,101 +13,59 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from ablate import __version__
-from ablate.config import RunConfig, as_dict
-
-# Keys that cannot change a run's numbers: where things are written, how progress is shown,
-# how often state is saved, and the switches that only decide whether to run at all.
-HASH_EXCLUDED = {
-    "tracking",
-    "state_dir",
-    "skip_unsupported",
-    "train.progress",
-    "train.checkpoint_interval",
-    "train.flush_interval_s",
-    "train.rerun",
-    "train.retry_failed",
-    "train.compile",
-    "train.activation_checkpointing",
-    "train.compile_blocks",
-    "train.profile",
-    "train.profile_start",
-    "train.profile_steps",
-    "hardware.workers",
-    "hardware.price_per_hour",
-    "hardware.peak_flops",
-    "hardware.memory_gb",
-    "hardware.memory_bandwidth_gbs",
-    "hardware.nvlink_gbs",
-    "hardware.network_gbs",
-    "hardware.name",
-    "hardware.device",
-    "data.cache_dir",
-}
-
-
-# Each key's value before it existed: a run at it hashes as it did then, so its records stay found.
-BASELINE_ARMS = {
-    "model.position": "learned",
-    "model.norm": "layernorm",
-    "model.mlp": "gelu",
-    "model.qk_norm": False,
-    "model.n_kv_head": None,
-    "model.tie_embeddings": True,
-    "train.tokens_per_param": None,
-    "train.grad_accum": 1,
-    "train.z_loss": 0.0,
-    "precision.emulate": False,
-    "train.parallel": "ddp",
-}
+from ablate.config import Hashing, RunConfig, as_dict, hashing, section_classes
 
 
 def config_hash(cfg: RunConfig, hardware=None) -> str:
     """sha256 of the canonical JSON of the result-determining config; 16 hex characters.
 
-    The resolved device (not the hardware preset's name) is part of the key: `auto` on a GPU
-    machine and `cpu` are different runs. The model is keyed by its preset's name and its sizes,
+    Which keys count is declared where each key is, in its field's metadata (config/keys.py
+    `setting`): keys that change no number are left out, keys added after runs were recorded are
+    left out at the value runs had before them, and options that act only with another are left out
+    without it. The resolved device (not the hardware preset's name) is part of the key: `auto` on a
+    GPU machine and `cpu` are different runs. The model is keyed by its preset's name and its sizes,
     each its own key, so the name derived from them (nano.n_layer_12) changes no hash.
     """
-    flat = {k: v for k, v in flatten(as_dict(cfg)).items() if not _excluded(k)}
-    preset = flat.pop("model.preset", None)
-    if preset is not None:  # the preset's name, as runs were hashed before names told sizes (ModelConfig.named)
-        flat["model.name"] = preset
-    if not flat.get("model.mup"):  # options that change nothing when off keep older hashes valid
-        flat.pop("model.mup", None)
-        flat.pop("model.mup_base_width", None)
-    for key, baseline in BASELINE_ARMS.items():  # keys added after runs were recorded, at their old values
-        if key in flat and flat[key] == baseline:
-            flat.pop(key)
-    if flat.get("model.position") != "rope":
-        flat.pop("model.rope_base", None)
-    if flat.get("optim.name") != "muon":
-        for key in [k for k in flat if k.startswith("optim.muon_")]:
-            flat.pop(key)
-    if flat.get("optim.schedule") != "wsd":
-        flat.pop("optim.cooldown_fraction", None)
-        flat.pop("optim.cooldown_shape", None)
-    if flat.get("data.kind") == "text" and flat.get("data.tokenizer") == "bytes":
-        flat.pop("data.tokenizer", None)
-        flat.pop("data.vocab_size", None)
-    if flat.get("data.val_split") == "tail":  # the split every text run had before there was a choice
-        flat.pop("data.val_split", None)
-    if flat.get("data.kind") == "tokens" and not flat.get("data.dir"):
-        flat.pop("data.dir", None)
+    flat = hashed_values(cfg)
     if hardware is not None:
         flat["hardware.resolved_device"] = hardware.device
     blob = json.dumps(flat, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def hashed_values(part: Any, prefix: str = "") -> dict:
+    """The flattened keys of a config (a RunConfig, or a slice of one under `prefix`) that its
+    hash reads, with their values, as each field's Hashing facts decide."""
+    section = as_dict(part)
+    out: dict = {}
+    for f in dataclasses.fields(part):
+        facts = hashing(f) or Hashing()
+        if not facts.counts(section[f.name], section):
+            continue
+        key = prefix + (facts.hash_as or f.name)
+        value = getattr(part, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(hashed_values(value, key + "."))
+        else:
+            out.update(flatten({key: section[f.name]}))
+    return out
+
+
 def hashed(key: str) -> bool:
-    """Whether a flattened config key is part of the config hash (where a cache lives is not)."""
-    return not _excluded(key)
-
-
-def _excluded(key: str) -> bool:
-    return any(key == k or key.startswith(k + ".") for k in HASH_EXCLUDED)
+    """Whether a flattened config key (data.cache_dir, hardware.peak_flops.bf16) is ever part of the
+    config hash: False where it, or a section above it, is declared hashed=False."""
+    classes: tuple[type, ...] = (RunConfig,)
+    for name in key.split("."):
+        found = [(c, f) for c in classes for f in dataclasses.fields(c) if f.name == name]
+        if any(not (hashing(f) or Hashing()).hashed for _, f in found):
+            return False
+        classes = tuple(m for c, _ in found for m in section_classes(c, name))
+        if not classes:  # a value, or a key inside a mapping: its field decided
+            return True
+    return True
 
 
 def flatten(tree: dict, prefix: str = "") -> dict:

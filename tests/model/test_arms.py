@@ -92,7 +92,7 @@ def test_positions_none_and_rope_have_no_table():
 
 
 def test_baseline_values_keep_the_hash_of_runs_recorded_before_the_arms(tmp_path):
-    """Keys added with the arms are left out of the hash at their old values (provenance.BASELINE_ARMS)."""
+    """Keys added with the arms are left out of the hash at their old values (`before=` in their fields)."""
     plain = run_config(tmp_path)
     same = run_config(tmp_path, **{"model.position": "learned", "model.n_kv_head": None, "train.grad_accum": 1})
     assert config_hash(plain) == config_hash(same)

@@ -11,6 +11,7 @@ its own slice. Bad input raises `ConfigError`, whose message is one line: key, b
     plan.py     ablate plan; parse_plan
     sample.py   ablate sample; parse_sample
     search.py   the Optuna sweeper's settings; parse_search
+    keys.py     a key's one declaration: `setting`, its default and how it enters the config hash (Hashing)
     schema.py   build and coerce: a tree to a dataclass, key by key; the shared range checks
     launch.py   the launchers' settings (hydra.launcher), which the plugins register in Hydra's ConfigStore
     presets.py  where the presets live: pkg://ablate.conf (a user's own come in with --config-dir); a preset as
@@ -43,6 +44,7 @@ from ablate.config.fit import (
     parse_compare,
     parse_fit,
 )
+from ablate.config.keys import Hashing, declared_fields, hashing, section_classes, setting
 from ablate.config.launch import (
     SUBMITIT_CLUSTERS,
     ProcessSettings,
@@ -163,6 +165,12 @@ __all__ = [
     "SearchConfig",
     "flatten_params",
     "parse_search",
+    # a key's one declaration
+    "Hashing",
+    "declared_fields",
+    "hashing",
+    "section_classes",
+    "setting",
     # building a dataclass from a tree
     "MAX_INT",
     "as_dict",

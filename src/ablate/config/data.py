@@ -7,27 +7,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ablate.config.keys import setting
 from ablate.config.schema import build, require_positive
 from ablate.errors import ConfigError
 
 
 @dataclass
 class SyntheticDataConfig:
-    kind: Literal["synthetic"] = "synthetic"
+    kind: Literal["synthetic"] = setting("synthetic")
     # The language: a lexicon of n_words words min_len..max_len letters long with Zipf(zipf_unigram)
     # ranks, each followed by one of `successors` words with Zipf(zipf_successor) probabilities.
-    n_words: int = 4000
-    successors: int = 64
-    zipf_unigram: float = 1.1
+    n_words: int = setting(4000)
+    successors: int = setting(64)
+    zipf_unigram: float = setting(1.1)
     # 1.0 gives H(q) = 3.371 nats for 64 successors (log 64 = 4.159): peaked enough to be learnable,
     # broad enough that the floor is far from zero.
-    zipf_successor: float = 1.0
-    min_len: int = 2
-    max_len: int = 9
-    seed: int = 0
+    zipf_successor: float = setting(1.0)
+    min_len: int = setting(2)
+    max_len: int = setting(9)
+    seed: int = setting(0)
     # Tokens generated once per run for the training and validation streams.
-    train_tokens: int = 4_000_000
-    val_tokens: int = 200_000
+    train_tokens: int = setting(4_000_000)
+    val_tokens: int = setting(200_000)
 
     # Longer words add nothing a block of context could use, and the lexicon draw's memory grows with them.
     MAX_WORD_LEN = 64
@@ -59,24 +60,30 @@ class SyntheticDataConfig:
 VAL_SPLITS = ("tail", "files")  # how a text corpus is split into train and validation (data/corpus.py)
 
 
+def counts_tokenizer(data: dict) -> bool:
+    """Bytes are the one tokenizer runs had before there was a choice: a text run on bytes hashes
+    without its tokenizer and vocabulary, as it did then."""
+    return not (data["kind"] == "text" and data["tokenizer"] == "bytes")
+
+
 @dataclass
 class TextDataConfig:
-    kind: Literal["text"] = "text"
-    name: str = "text"  # what runs record as the data's name (a preset's own, e.g. debian_docs)
+    kind: Literal["text"] = setting("text")
+    name: str = setting("text")  # what runs record as the data's name (a preset's own, e.g. debian_docs)
     # Files or folders; folders are searched with `glob`. "stdlib" means the Python standard
     # library's own source, a real corpus present on every machine that runs this project.
-    paths: list = field(default_factory=lambda: ["stdlib"])
-    glob: str = "**/*.py"
-    max_bytes: int = 20_000_000
-    val_fraction: float = 0.05
+    paths: list = setting(factory=lambda: ["stdlib"])
+    glob: str = setting("**/*.py")
+    max_bytes: int = setting(20_000_000)
+    val_fraction: float = setting(0.05)
     # tail: the last val_fraction of the bytes; files: whole files drawn across the corpus by a hash
     # of their path, until they hold val_fraction of it (data/corpus.py)
-    val_split: Literal["tail", "files"] = "tail"
+    val_split: Literal["tail", "files"] = setting("tail", before="tail")
     # bytes: one token per byte (vocab 256). bpe: a byte-level BPE tokenizer of vocab_size entries
     # trained on the train split (data/tokenizer.py), its token files cached under cache_dir.
-    tokenizer: Literal["bytes", "bpe"] = "bytes"
-    vocab_size: int | None = None  # bpe only; null: 4096
-    cache_dir: str = ".ablate/data"
+    tokenizer: Literal["bytes", "bpe"] = setting("bytes", when=counts_tokenizer)
+    vocab_size: int | None = setting(None, when=counts_tokenizer)  # bpe only; null: 4096
+    cache_dir: str = setting(".ablate/data", hashed=False)
 
     def validate(self) -> None:
         if not self.paths:
@@ -105,13 +112,13 @@ class TextDataConfig:
 
 @dataclass
 class TokenDataConfig:
-    kind: Literal["tokens"] = "tokens"
+    kind: Literal["tokens"] = setting("tokens")
     # A folder written by `ablate prepare` (train.bin, val.bin, meta.json: vocabulary and bytes per
     # token come from it), or uint16 token ids written by your own tokenizer (numpy .tofile / memmap).
-    dir: str = ""
-    train_bin: str = ""
-    val_bin: str = ""
-    vocab_size: int | None = None  # null: from dir's meta.json, else 50257 (GPT-2's)
+    dir: str = setting("", when=lambda d: d["kind"] != "tokens" or bool(d["dir"]))
+    train_bin: str = setting("")
+    val_bin: str = setting("")
+    vocab_size: int | None = setting(None)  # null: from dir's meta.json, else 50257 (GPT-2's)
 
     def validate(self) -> None:
         if not self.dir and (not self.train_bin or not self.val_bin):

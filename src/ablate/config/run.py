@@ -6,10 +6,11 @@ slice (a `ModelConfig`, never the whole tree).
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 from ablate.config.data import DataConfig, parse_data
+from ablate.config.keys import setting
 from ablate.config.presets import CONF_DIR, real_name
 from ablate.config.schema import (
     build,
@@ -65,45 +66,45 @@ POSITIONS = ("learned", "rope", "none")
 class ModelConfig:
     # What runs are recorded, compared and planned under: the preset's name where the model holds
     # what its preset fixes of NAMED_BY, else the name of what it holds (nano.n_layer_12, `named`).
-    name: str = "custom"
+    name: str = setting("custom")
     # The preset it was composed from (model=nano), set by parsing: the config hash reads it as
     # model.name, so a run on a preset hashes as it did before its name told its sizes.
-    preset: str | None = None
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    block_size: int = 64
+    preset: str | None = setting(None, hash_as="name", when=lambda m: m["preset"] is not None)
+    n_layer: int = setting(4)
+    n_head: int = setting(4)
+    n_embd: int = setting(128)
+    block_size: int = setting(64)
     # None: taken from the data source (27 for the synthetic language, 256 for bytes).
-    vocab_size: int | None = None
+    vocab_size: int | None = setting(None)
     # Attention kernel: the softmax written out (manual) or torch's fused one (sdpa), same numbers.
-    attention: str = "sdpa"
+    attention: str = setting("sdpa")
     # Positions: a learned table (GPT-2), rotary (Su et al. 2021, RoFormer, base rope_base), or none
     # (NoPE, Kazemnejad et al. 2023: the causal mask alone orders the tokens).
-    position: Literal["learned", "rope", "none"] = "learned"
-    rope_base: float = 10000.0
+    position: Literal["learned", "rope", "none"] = setting("learned", before="learned")
+    rope_base: float = setting(10000.0, when=lambda m: m["position"] == "rope")
     # layernorm (Ba et al. 2016, bias-free) or rmsnorm (Zhang & Sennrich 2019), both with a gain.
-    norm: str = "layernorm"
+    norm: str = setting("layernorm", before="layernorm")
     # gelu (4C, GPT-2), swiglu (Shazeer 2020; hidden round(8C/3) so parameters match 4C), relu2
     # (squared ReLU, So et al. 2021, Primer; 4C).
-    mlp: str = "gelu"
+    mlp: str = setting("gelu", before="gelu")
     # RMS-normalise q and k per head before the dot product, without a gain (Henry et al. 2020;
     # as nanochat), which bounds the attention logits.
-    qk_norm: bool = False
+    qk_norm: bool = setting(False, before=False)
     # Key/value heads: null is n_head (multi-head); fewer share each k, v among n_head / n_kv_head
     # query heads (GQA, Ainslie et al. 2023); 1 is multi-query attention (Shazeer 2019).
-    n_kv_head: int | None = None
+    n_kv_head: int | None = setting(None, before=None)
     # The output head reuses the token embedding (Press & Wolf 2017); false gives it its own V x C.
-    tie_embeddings: bool = True
-    dropout: float = 0.0
-    init_std: float = 0.02
+    tie_embeddings: bool = setting(True, before=True)
+    dropout: float = setting(0.0)
+    init_std: float = setting(0.02)
     # Planning presets (e.g. 1.5B) describe runs to price, not to train on a laptop.
-    planning_only: bool = False
+    planning_only: bool = setting(False)
     # Maximal update parametrization (Yang et al. 2022, Tensor Programs V): hyperparameters tuned
     # at width mup_base_width carry over to this width. At n_embd == mup_base_width muP and the
     # standard parametrization are the same network; null means this width is the base.
     # mup_base_width is ignored while mup is false, so one preset can serve both in a sweep.
-    mup: bool = False
-    mup_base_width: int | None = None
+    mup: bool = setting(False, when=lambda m: bool(m["mup"]))
+    mup_base_width: int | None = setting(None, when=lambda m: bool(m["mup"]))
 
     # What a model's name says about it: its shape. The architecture arms (position, mlp, n_kv_head,
     # tie_embeddings, ...) are not in it: an arm is compared against its preset's baseline at the
@@ -211,20 +212,20 @@ def check_part(key: str, spec: str, builtin: tuple[str, ...]) -> None:
 
 @dataclass
 class PrecisionConfig:
-    name: PrecisionName = "fp32"
+    name: PrecisionName = setting("fp32")
     # Storage dtype of weights and gradients; optimizer moments stay fp32 in every policy.
-    param_dtype: Literal["fp32", "bf16"] = "fp32"
-    autocast: Literal["bf16", "fp16"] | None = None
-    loss_scaling: bool = False
+    param_dtype: Literal["fp32", "bf16"] = setting("fp32")
+    autocast: Literal["bf16", "fp16"] | None = setting(None)
+    loss_scaling: bool = setting(False)
     # Float8 matmuls: torchao's training recipes (tensorwise: one scale per tensor, cuBLAS, CUDA
     # capability 8.9; rowwise: one per row, CUTLASS, 9.0).
-    fp8: Literal["tensorwise", "rowwise"] | None = None
+    fp8: Literal["tensorwise", "rowwise"] | None = setting(None)
     # The recipe's float8 matmuls computed in fp32 from the same float8-cast operands and scales
     # (torchao's Float8LinearConfig(emulate=True)): the recipe's numerics on any device, none of its speed.
-    emulate: bool = False
+    emulate: bool = setting(False, before=False)
     # Which devices can run this policy, and the CUDA compute capability it needs there.
-    devices: list = field(default_factory=lambda: list(DEVICE_KINDS))
-    min_cuda_capability: float | None = None
+    devices: list = setting(factory=lambda: list(DEVICE_KINDS))
+    min_cuda_capability: float | None = setting(None)
 
     @property
     def matmul_dtype(self) -> str:
@@ -283,23 +284,23 @@ class PrecisionConfig:
 
 @dataclass
 class HardwareConfig:
-    name: str = "auto"
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    name: str = setting("auto", hashed=False)
+    device: Literal["auto", "cpu", "cuda", "mps"] = setting("auto", hashed=False)
     # Peak dense FLOP/s per precision (no sparsity). Missing entries: not supported, or
     # (for the cpu) measured on this machine by a short matmul benchmark.
-    peak_flops: dict = field(default_factory=dict)
-    memory_gb: float | None = None
-    memory_bandwidth_gbs: float | None = None
+    peak_flops: dict = setting(factory=dict, hashed=False)
+    memory_gb: float | None = setting(None, hashed=False)
+    memory_bandwidth_gbs: float | None = setting(None, hashed=False)
     # Interconnect, GB/s per GPU in one direction (plan/comm.py): to the other GPUs of its node
     # (NVLink, or PCIe without it) and to other nodes (its InfiniBand/RoCE NIC); None: not known.
-    nvlink_gbs: float | None = None
-    network_gbs: float | None = None
-    price_per_hour: float | None = None
-    gpus_per_node: int = 1
+    nvlink_gbs: float | None = setting(None, hashed=False)
+    network_gbs: float | None = setting(None, hashed=False)
+    price_per_hour: float | None = setting(None, hashed=False)
+    gpus_per_node: int = setting(1)
     # Runs at once on one machine under the parallel launcher; None: one per GPU slot where the runs
     # have GPUs (hydra.launcher.gpus, gpus_per_job), else one per core.
-    workers: int | None = None
-    cuda_capability: float | None = None
+    workers: int | None = setting(None, hashed=False)
+    cuda_capability: float | None = setting(None)
 
     # What a hardware preset's name says: the device and its chip's figures. The price, the node's
     # GPU count and the workers are how it is rented and used, and leave it the same hardware.
@@ -344,13 +345,13 @@ class OptimConfig:
     # blocks' 2-D matrices at muon_lr, AdamW at lr for the embeddings, the head and the gains (as
     # nanochat). Muon's step is momentum, then Newton-Schulz orthogonalisation (ns_steps iterations),
     # scaled by sqrt(max(1, rows / cols)) (Keller Jordan's "original" adjustment).
-    name: Literal["adamw", "muon"] = "adamw"
-    lr: float = 3e-3
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
+    name: Literal["adamw", "muon"] = setting("adamw")
+    lr: float = setting(3e-3)
+    beta1: float = setting(0.9)
+    beta2: float = setting(0.95)
+    eps: float = setting(1e-8)
+    weight_decay: float = setting(0.1)
+    grad_clip: float = setting(1.0)
     # Linear warmup for `warmup_steps`, then (model/optim.py lr_at):
     # - cosine: cosine decay to lr * min_lr_ratio at the last step (Loshchilov & Hutter 2017);
     # - wsd: warmup-stable-decay, constant lr, then a cooldown over the last cooldown_fraction of
@@ -358,15 +359,15 @@ class OptimConfig:
     #   cooldown of ~20% matches cosine). Runs that differ only in budget share their constant
     #   part: a list budget (train.tokens=[a,b,c]) trains it once and forks a cooldown per budget;
     # - constant: lr after warmup.
-    warmup_steps: int = 20
-    schedule: Literal["cosine", "wsd", "constant"] = "cosine"
-    min_lr_ratio: float = 0.1
-    cooldown_fraction: float = 0.2
-    cooldown_shape: Literal["1-sqrt", "linear", "cosine"] = "1-sqrt"
-    muon_lr: float = 0.02
-    muon_momentum: float = 0.95
-    muon_weight_decay: float = 0.0
-    muon_ns_steps: int = 5
+    warmup_steps: int = setting(20)
+    schedule: Literal["cosine", "wsd", "constant"] = setting("cosine")
+    min_lr_ratio: float = setting(0.1)
+    cooldown_fraction: float = setting(0.2, when=lambda o: o["schedule"] == "wsd")
+    cooldown_shape: Literal["1-sqrt", "linear", "cosine"] = setting("1-sqrt", when=lambda o: o["schedule"] == "wsd")
+    muon_lr: float = setting(0.02, when=lambda o: o["name"] == "muon")
+    muon_momentum: float = setting(0.95, when=lambda o: o["name"] == "muon")
+    muon_weight_decay: float = setting(0.0, when=lambda o: o["name"] == "muon")
+    muon_ns_steps: int = setting(5, when=lambda o: o["name"] == "muon")
 
     def validate(self) -> None:
         require_positive("optim.lr", self.lr)
@@ -398,47 +399,47 @@ class TrainConfig:
     # Exactly one budget: steps, tokens, or training FLOPs (converted to steps by the model's FLOPs/token).
     # A list of budgets (train.tokens=[a,b,c], with optim.schedule=wsd) is one constant-rate trunk
     # and a cooldown branch per budget, each branch an ordinary run (run/branches.py).
-    steps: int | list | None = None
-    tokens: int | list | None = None
-    flops: float | list | None = None
+    steps: int | list | None = setting(None)
+    tokens: int | list | None = setting(None)
+    flops: float | list | None = setting(None)
     # Tokens per parameter (Hoffmann et al. 2022: ~20 is compute-optimal), times the model's
     # total parameters (model/accounting.params).
-    tokens_per_param: float | list | None = None
+    tokens_per_param: float | list | None = setting(None, before=None)
     # Sequences per micro-batch; an optimizer step takes grad_accum micro-batches, the same rows as
     # one batch of batch_size x grad_accum, so a batch-size arm is not capped by memory.
-    batch_size: int = 16
-    grad_accum: int = 1
+    batch_size: int = setting(16)
+    grad_accum: int = setting(1, before=1)
     # PaLM's auxiliary z-loss (Chowdhery et al. 2022, Sec. 5): z_loss x mean(log Z)^2 added to the
     # objective, log Z the logsumexp of each position's logits; train/loss stays the cross-entropy.
-    z_loss: float = 0.0
-    eval_interval: int = 50
-    eval_batches: int = 8
-    log_interval: int = 10
-    checkpoint_interval: int = 100
-    seed: int = 0
+    z_loss: float = setting(0.0, before=0.0)
+    eval_interval: int = setting(50)
+    eval_batches: int = setting(8)
+    log_interval: int = setting(10)
+    checkpoint_interval: int = setting(100, hashed=False)
+    seed: int = setting(0)
     # How the ranks of a run share the model (run/distributed.py): ddp replicates it and all-reduces
     # gradients; fsdp shards weights, gradients and optimizer states with FSDP2's fully_shard, one
     # unit per block (run/fsdp.py), and checkpoints them with torch.distributed.checkpoint.
-    parallel: Literal["ddp", "fsdp"] = "ddp"
-    compile: bool = False
+    parallel: Literal["ddp", "fsdp"] = setting("ddp", before="ddp")
+    compile: bool = setting(False, hashed=False)
     # With compile: torch.compile each transformer block apart (as torchtitan does) instead of the
     # whole model: the blocks share one compiled graph, compiled once, and the rest runs eagerly.
-    compile_blocks: bool = False
+    compile_blocks: bool = setting(False, hashed=False)
     # Each transformer block's activations recomputed in backward instead of kept (model/checkpointing.py):
     # what `ablate plan` advises when a run does not fit, tried at small scale. Changes no number.
-    activation_checkpointing: bool = False
-    progress: bool = True
+    activation_checkpointing: bool = setting(False, hashed=False)
+    progress: bool = setting(True, hashed=False)
     # Seconds between batched MLflow flushes (metrics are buffered, never logged per step).
-    flush_interval_s: float = 10.0
+    flush_interval_s: float = setting(10.0, hashed=False)
     # When a run with the same config hash already exists: FINISHED runs are skipped unless
     # `rerun`; FAILED ones are retried only with `retry_failed`.
-    rerun: bool = False
-    retry_failed: bool = False
+    rerun: bool = setting(False, hashed=False)
+    retry_failed: bool = setting(False, hashed=False)
     # torch.profiler (profiling.py): step profile_start is counted op by op (FLOPs, bytes),
     # the next profile_steps steps are traced; files go to the run dir and the run's MLflow artifacts.
-    profile: bool = False
-    profile_start: int = 10
-    profile_steps: int = 3
+    profile: bool = setting(False, hashed=False)
+    profile_start: int = setting(10, hashed=False)
+    profile_steps: int = setting(3, hashed=False)
 
     @property
     def sequences_per_step(self) -> int:
@@ -493,19 +494,19 @@ RESERVED_TAG_PREFIXES = ("ablate.", "mlflow.")  # the tags this project and MLfl
 
 @dataclass
 class TrackingConfig:
-    backend: Literal["mlflow", "none"] = "mlflow"
-    uri: str = ""
-    experiment: str = "ablate"
-    run_name: str | None = None
+    backend: Literal["mlflow", "none"] = setting("mlflow")
+    uri: str = setting("")
+    experiment: str = setting("ablate")
+    run_name: str | None = setting(None)
     # Your own tags on every run and sweep parent (+tracking.tags.purpose=baseline); names that
     # tracking.required_tags lists must be among them, so that no run goes untagged.
-    tags: dict[str, str] = field(default_factory=dict)
-    required_tags: list[str] = field(default_factory=list)
+    tags: dict[str, str] = setting(factory=dict)
+    required_tags: list[str] = setting(factory=list)
     # The machine's CPU, memory, disk, network and GPU use over the run, sampled by MLflow's
     # system-metrics monitor (tracking/system_metrics.py): 0.14% of a run's CPU (docs/benchmarks.md).
-    system_metrics: bool = True
+    system_metrics: bool = setting(True)
     # final: a finished run's weights and model config as its MLflow artifact model.pt (run/final_model.py)
-    log_model: Literal["none", "final"] = "none"
+    log_model: Literal["none", "final"] = setting("none")
 
     def validate(self) -> None:
         for key, value in self.tags.items():
@@ -537,17 +538,17 @@ class TrackingConfig:
 
 @dataclass
 class RunConfig:
-    model: ModelConfig
-    data: DataConfig
-    precision: PrecisionConfig
-    hardware: HardwareConfig
-    optim: OptimConfig
-    train: TrainConfig
-    tracking: TrackingConfig
+    model: ModelConfig = setting()
+    data: DataConfig = setting()
+    precision: PrecisionConfig = setting()
+    hardware: HardwareConfig = setting()
+    optim: OptimConfig = setting()
+    train: TrainConfig = setting()
+    tracking: TrackingConfig = setting(hashed=False)
     # Where checkpoints live, keyed by config hash (so a relaunch finds them).
-    state_dir: str = ".ablate/state"
+    state_dir: str = setting(".ablate/state", hashed=False)
     # In a precision sweep, precisions the hardware cannot run are skipped instead of failing.
-    skip_unsupported: bool = False
+    skip_unsupported: bool = setting(False, hashed=False)
 
 
 SECTIONS = {
