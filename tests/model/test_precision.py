@@ -10,7 +10,15 @@ from ablate.model.optim import Fp32StateAdamW, build_optimizer, stochastic_round
 from ablate.model.precision import apply_precision, import_torchao_float8
 from ablate.run import train
 
-CPU_PRECISIONS = ["fp32", "bf16", "bf16_pure", "fp16", "fp8_tensorwise_emulated", "fp8_rowwise_emulated"]
+CPU_PRECISIONS = [
+    "fp32",
+    "bf16",
+    "bf16_pure",
+    "bf16_pure_nearest",
+    "fp16",
+    "fp8_tensorwise_emulated",
+    "fp8_rowwise_emulated",
+]
 
 
 @pytest.mark.parametrize("precision", CPU_PRECISIONS)
@@ -168,6 +176,37 @@ def test_stochastic_rounding_is_unbiased():
     y = stochastic_round(x, torch.bfloat16).float()
     assert set(y.unique().tolist()) == {1.0, 1.0 + 2**-7}
     assert y.mean().item() == pytest.approx(1.0 + 2**-10, abs=2e-5)
+
+
+def sub_ulp_updates(rounding: str, steps: int) -> torch.Tensor:
+    """A bf16 weight of 1.0 under AdamW steps of lr 1e-3 down: each update (about lr, since Adam's
+    step is m / sqrt(v) ~ 1 for a constant gradient) is under half the gap to the bf16 below, 2^-9."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.ones(4096, dtype=torch.bfloat16))
+    opt = Fp32StateAdamW([w], lr=1e-3, rounding=rounding)
+    for _ in range(steps):
+        w.grad = torch.ones_like(w)
+        opt.step()
+    return w.detach().float()
+
+
+def test_round_to_nearest_loses_updates_under_half_an_ulp_and_stochastic_rounding_keeps_them():
+    """bf16_pure_nearest's optimizer loses every step of 1e-3 on a weight of 1 (half the gap below
+    is 2^-9 ~ 2.0e-3); bf16_pure's stochastic rounding moves it by the steps' sum in expectation."""
+    assert sub_ulp_updates("nearest", 50).eq(1.0).all()
+    moved = 1.0 - sub_ulp_updates("stochastic", 50)
+    assert moved.mean().item() == pytest.approx(50 * 1e-3, rel=0.05)
+
+
+def test_rounding_names_its_own_policy(run_config, tmp_path):
+    """bf16_pure with rounding=nearest is recorded as bf16_pure_nearest; round-to-nearest needs bf16
+    weights to round."""
+    from ablate.config import ConfigError
+
+    with pytest.raises(ConfigError, match="valid: precision=bf16_pure_nearest"):
+        run_config(tmp_path, **{"precision": "bf16_pure", "precision.rounding": "nearest"})
+    with pytest.raises(ConfigError, match="precision.rounding=nearest needs precision.param_dtype=bf16"):
+        run_config(tmp_path, **{"precision.rounding": "nearest"})
 
 
 @pytest.mark.parametrize("recipe", ["fp8_tensorwise", "fp8_rowwise"])

@@ -252,6 +252,7 @@ def test_the_precision_sweep_on_slurm_finishes_every_run(cli, workdir):
     assert sorted(r.data.params["precision.name"] for r in runs) == [
         "bf16",
         "bf16_pure",
+        "bf16_pure_nearest",
         "fp16",
         "fp32",
         "fp8_rowwise_emulated",
@@ -266,10 +267,10 @@ def test_the_precision_sweep_on_slurm_finishes_every_run(cli, workdir):
     assert {r.info.experiment_id for r in runs} == {info["experiment_id"]} == {parent.info.experiment_id}
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
     summary = json.loads((sweep_dir / "summary.json").read_text())
-    assert sorted(r["status"] for r in summary["runs"]) == ["finished"] * 6 + ["unsupported"] * 2
+    assert sorted(r["status"] for r in summary["runs"]) == ["finished"] * 7 + ["unsupported"] * 2
     # The sweep returns once every job's result is written; SLURM marks a job ended a moment later.
     rc, rows = job_rows(cli, sweep_dir, "--wait", "--poll-s", "0.5")
-    assert rc == 0 and len(rows) == 8
+    assert rc == 0 and len(rows) == 9
     assert {r["state"] for r in rows} == {"COMPLETED"}
     for r in rows:  # each job's log beside its run dir
         log = sweep_dir / str(r["num"]) / "slurm.log"

@@ -46,6 +46,7 @@ PrecisionName = Literal[
     "fp32",
     "bf16",
     "bf16_pure",
+    "bf16_pure_nearest",
     "fp16",
     "fp8_tensorwise",
     "fp8_rowwise",
@@ -215,6 +216,10 @@ class PrecisionConfig:
     name: PrecisionName = setting("fp32")
     # Storage dtype of weights and gradients; optimizer moments stay fp32 in every policy.
     param_dtype: Literal["fp32", "bf16"] = setting("fp32")
+    # How the optimizer writes an update back to bf16 weights: stochastic (rounds up with probability
+    # equal to the discarded fraction, so an update under a bf16 ulp still moves the weight in
+    # expectation; Zamirai et al. 2020) or nearest (an update under half an ulp of its weight is lost).
+    rounding: Literal["stochastic", "nearest"] = setting("stochastic", before="stochastic")
     autocast: Literal["bf16", "fp16"] | None = setting(None)
     loss_scaling: bool = setting(False)
     # Float8 matmuls: torchao's training recipes (tensorwise: one scale per tensor, cuBLAS, CUDA
@@ -257,12 +262,17 @@ class PrecisionConfig:
             require_positive("precision.min_cuda_capability", self.min_cuda_capability)
         if self.loss_scaling and self.autocast != "fp16":
             raise ConfigError("precision.loss_scaling=true needs precision.autocast=fp16 (valid: fp16 autocast)")
+        if self.rounding == "nearest" and self.param_dtype != "bf16":
+            raise ConfigError(
+                "precision.rounding=nearest needs precision.param_dtype=bf16 (valid: rounding=stochastic, "
+                "or nearest with bf16 weights)"
+            )
         if self.emulate and not self.fp8:
             raise ConfigError("precision.emulate=true needs an fp8 recipe (valid: precision.fp8=tensorwise or rowwise)")
         self._check_name()
 
     # What a precision's name says about its numbers: runs are recorded, compared and priced by name.
-    NAMED_BY = ("param_dtype", "autocast", "fp8", "emulate")
+    NAMED_BY = ("param_dtype", "rounding", "autocast", "fp8", "emulate")
 
     def _check_name(self) -> None:
         """A policy named fp32 that computes in bf16 would be recorded, compared and priced as fp32:
@@ -397,6 +407,8 @@ class OptimConfig:
 @dataclass
 class TrainConfig:
     # Exactly one budget: steps, tokens, or training FLOPs (converted to steps by the model's FLOPs/token).
+    # A run that names none trains default_steps steps; naming one (train.tokens=1e6) replaces that,
+    # with no other budget to set to null (validate).
     # A list of budgets (train.tokens=[a,b,c], with optim.schedule=wsd) is one constant-rate trunk
     # and a cooldown branch per budget, each branch an ordinary run (run/branches.py).
     steps: int | list | None = setting(None)
@@ -405,6 +417,9 @@ class TrainConfig:
     # Tokens per parameter (Hoffmann et al. 2022: ~20 is compute-optimal), times the model's
     # total parameters (model/accounting.params).
     tokens_per_param: float | list | None = setting(None, before=None)
+    # The budget of a run that names none (a sweep preset's own: +sweep=precision trains 1000 steps);
+    # the run's steps carry it into the hash.
+    default_steps: int = setting(300, hashed=False)
     # Sequences per micro-batch; an optimizer step takes grad_accum micro-batches, the same rows as
     # one batch of batch_size x grad_accum, so a batch-size arm is not capped by memory.
     batch_size: int = setting(16)
@@ -447,7 +462,13 @@ class TrainConfig:
         return self.batch_size * self.grad_accum
 
     def validate(self) -> None:
+        """The one-budget rule and every range. A run that names no budget gets default_steps
+        steps here, the one place that rule is written."""
+        require_positive("train.default_steps", self.default_steps)
         budgets = {k: getattr(self, k) for k in BUDGET_KEYS if getattr(self, k) is not None}
+        if not budgets:
+            self.steps = self.default_steps
+            budgets = {"steps": self.steps}
         if len(budgets) != 1:
             given = ", ".join(f"train.{k}={v}" for k, v in budgets.items()) or "none"
             raise ConfigError(

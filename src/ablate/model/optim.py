@@ -12,14 +12,15 @@ import torch.nn as nn
 from ablate.config import OptimConfig
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig, compiled: bool = False):
+def build_optimizer(model: nn.Module, cfg: OptimConfig, compiled: bool = False, rounding: str = "stochastic"):
     """Decay matrices only (GPT-2 practice); LayerNorm gains are not decayed.
 
     compiled: the model runs under torch.compile. Otherwise the optimizer is one that never
     imports torch._dynamo (EagerOnly below): same arithmetic, a second or two less start-up.
 
     Weights stored in bf16 get an AdamW whose moments are fp32 (bf16_pure: 12 bytes/param),
-    because torch.optim.AdamW keeps its moments in the parameter's dtype.
+    because torch.optim.AdamW keeps its moments in the parameter's dtype; rounding (precision.rounding)
+    is how it writes each update back to them.
 
     A muP model (model.py) puts its hidden matrices in their own group with `lr_scale` 1/m
     (Yang et al. 2022, Table 3: Adam LR ~ 1/fan_in for hidden weights) and weight decay times m,
@@ -40,7 +41,7 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, compiled: bool = False):
     if mup:
         groups = _mup_groups(model, groups, cfg)
     if any(p.dtype != torch.float32 for p in params):
-        return (Fp32StateAdamW if compiled else EagerFp32StateAdamW)(groups, **kwargs)
+        return (Fp32StateAdamW if compiled else EagerFp32StateAdamW)(groups, **kwargs, rounding=rounding)
     # On CUDA, torch's fused AdamW: the whole update in one kernel launch per dtype and device
     # instead of foreach's several per step (the same arithmetic).
     fused = {"fused": True} if params and all(p.is_cuda for p in params) else {}
@@ -226,10 +227,14 @@ class Fp32StateAdamW(torch.optim.Optimizer):
     """AdamW for low-precision weights: fp32 moments, the update computed in fp32, and the
     result written back with stochastic rounding so that updates smaller than a bf16 ulp
     still move the weight in expectation (Zamirai et al. 2020, "Revisiting BFloat16 Training").
+    rounding="nearest" writes it back rounded to the nearest bf16 instead, as a plain cast does:
+    an update under half an ulp of its weight is lost (what stochastic rounding is for).
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, rounding="stochastic"):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        # not a param-group default: a checkpoint's groups (saved before the key existed) replace those
+        self.round = stochastic_round if rounding == "stochastic" else _nearest
 
     def load_state_dict(self, state_dict: dict) -> None:
         """torch casts a loaded state's floating tensors to their parameter's dtype, which would make
@@ -268,8 +273,12 @@ class Fp32StateAdamW(torch.optim.Optimizer):
                 lr = group["lr"] * group.get("lr_scale", 1.0)
                 w.mul_(1 - lr * group["weight_decay"])
                 w.addcdiv_(m_hat, v_hat.sqrt_().add_(group["eps"]), value=-lr)
-                p.copy_(stochastic_round(w, p.dtype))
+                p.copy_(self.round(w, p.dtype))
         return None
+
+
+def _nearest(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return x.to(dtype)  # round-to-nearest-even
 
 
 def stochastic_round(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -3,7 +3,12 @@
 Policies (conf/precision/):
   fp32          fp32 everything (16 bytes/param with Adam: weights, grads, m, v).
   bf16          bf16 autocast over fp32 master weights (16 bytes/param; activations in bf16).
-  bf16_pure     bf16 weights and grads, fp32 Adam moments (2 + 2 + 4 + 4 = 12 bytes/param).
+  bf16_pure     bf16 weights and grads, fp32 Adam moments (2 + 2 + 4 + 4 = 12 bytes/param), each
+                update written back with stochastic rounding (model/optim.py).
+  bf16_pure_nearest
+                the same, each update rounded to the nearest bf16: an update under half an ulp
+                of its weight is lost (at a LayerNorm gain of 1, a step down under 2^-9 or up under
+                2^-8: more than a late Adam step).
   fp16          fp16 autocast with dynamic loss scaling (Micikevicius et al. 2018).
   fp8_tensorwise  torchao's float8 training (torchao.float8, as torchtitan uses it): the block
                   linears' matmuls in float8 with one dynamic scale per tensor (e4m3 forward, e5m2

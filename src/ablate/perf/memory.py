@@ -64,8 +64,9 @@ INT64 = 8
 FP32 = 4
 STORAGE_BYTES = {"fp32": 4, "bf16": 2}
 # Fp32StateAdamW.step holds g, m_hat, v_hat, w (fp32), the rounding noise and two int32 results of
-# the stochastic rounding at once: 7 x 4 bytes per element of the tensor being updated.
-PER_TENSOR_ADAM_BYTES = 7 * FP32
+# the stochastic rounding at once: 7 x 4 bytes per element of the tensor being updated; rounded to
+# nearest (a cast), only the first four.
+PER_TENSOR_ADAM_BYTES = {"stochastic": 7 * FP32, "nearest": 4 * FP32}
 # torch's foreach AdamW: sqrt(v) for every tensor of a parameter group.
 FOREACH_ADAM_BYTES = FP32
 
@@ -426,7 +427,7 @@ def optimizer_step_transient(
             # single-tensor AdamW: sqrt(v) and its quotient for one tensor at a time.
             return 2 * FP32 * largest_tensor(model)
         return FOREACH_ADAM_BYTES * decayed_params(model)
-    return PER_TENSOR_ADAM_BYTES * largest_tensor(model)
+    return PER_TENSOR_ADAM_BYTES[precision.rounding] * largest_tensor(model)
 
 
 def largest_tensor(model: ModelConfig) -> int:

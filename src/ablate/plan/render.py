@@ -287,6 +287,8 @@ def _decode_row(p: Plan) -> tuple[str, str]:
 
 
 def _no_master(precision: PrecisionConfig) -> str:
+    if precision.param_dtype == "bf16" and precision.rounding == "nearest":
+        return "none kept: bf16 weights updated with round-to-nearest (an update under half an ulp is lost)"
     if precision.param_dtype == "bf16":
         return "none kept: bf16 weights updated with stochastic rounding"
     if precision.autocast or precision.fp8:

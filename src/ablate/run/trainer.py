@@ -111,7 +111,9 @@ class Trainer:
             checkpoint_blocks(model)
         self.model = model
         fsdp.shard(model, self.cfg)  # train.parallel=fsdp: FSDP2 per block, before the optimizer sees DTensors
-        self.optimizer = build_optimizer(model, self.cfg.optim, compiled=self.cfg.train.compile)
+        self.optimizer = build_optimizer(
+            model, self.cfg.optim, compiled=self.cfg.train.compile, rounding=self.cfg.precision.rounding
+        )
         if state is not None:
             checkpoint_sharded.restore(model, self.optimizer, state, self.state_dir)
             if self.runtime.scaler is not None and state.get("scaler"):

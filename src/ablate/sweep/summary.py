@@ -326,6 +326,7 @@ def gpu_note(rows: list[SummaryRow]) -> str | None:
     dtypes = {
         "bf16": "bf16",
         "bf16_pure": "bf16",
+        "bf16_pure_nearest": "bf16",
         "fp16": "fp16",
         "fp8_tensorwise": "fp8",
         "fp8_rowwise": "fp8",
