@@ -103,6 +103,36 @@ def test_kappa_counts_only_the_drift_the_refits_own_uncertainty_does_not_explain
     assert mu == pytest.approx(0.02, abs=0.005) and kappa == pytest.approx(0.1, rel=0.05)
 
 
+def test_the_drift_is_read_against_what_other_ladders_showed():
+    """One cut fitted on few runs, its drift -0.1 per decade give or take 0.18 (Marin's comma ladder's
+    lowest calibrated fit): the prediction barely moves (s under 2%) and the law's error per decade is
+    about the public ladders' P, not 0.1. Five cuts that agree on -0.03 within 0.004 move it by nearly
+    all of that, and their spread, 0 among themselves, is still pooled with P as one more cut."""
+    from ablate.scaling.calibration import PRIOR_CUTS, PRIOR_DRIFT, posterior_drift
+
+    one = posterior_drift(np.array([-0.1]), np.array([0.18**2]))
+    assert one.share < 0.02 and one.share * abs(one.mu) < 0.002
+    assert PRIOR_DRIFT * 0.7 < one.kappa < PRIOR_DRIFT * 1.3
+    five = posterior_drift(np.full(5, -0.03), np.full(5, 0.004**2) * 5)
+    assert five.share > 0.95 and five.share * five.mu == pytest.approx(-0.03, abs=0.002)
+    tau_pooled = PRIOR_DRIFT * np.sqrt(PRIOR_CUTS / (PRIOR_CUTS + 5))
+    assert five.kappa == pytest.approx(np.sqrt((five.share * five.mu) ** 2 + tau_pooled**2), rel=0.05)
+
+
+def test_an_interval_read_back_from_before_the_prior_reaches_the_whole_drift():
+    """fit.json files written before the drift was read against other ladders' (no drift_prior) give the
+    intervals they gave then: the drift's side reaches mu d; read against the prior, s mu d."""
+    center = np.log(np.full(1, 3.0))
+    d = np.array([1.0])
+    before = Calibration(0.01, 0.04, 2.0, drift=-0.04, drift_share=0.5)
+    now = replace(before, drift_prior=0.02)
+    value, lo_before, hi_before = log_interval(center, None, d, before)
+    value_now, lo_now, hi_now = log_interval(center, None, d, now)
+    np.testing.assert_allclose([value[0], value_now[0]], center[0] - 0.02)
+    np.testing.assert_allclose(lo_now - lo_before, 0.02)
+    np.testing.assert_allclose(hi_now, hi_before)
+
+
 def test_the_interval_reaches_further_on_the_side_the_cuts_drifted_to():
     """A law whose refits below every cut predicted the runs above too high (mu < 0) may go on doing so:
     the interval's lower end moves down by mu d, its upper end stays where an interval about the law puts

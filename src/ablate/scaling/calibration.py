@@ -21,8 +21,9 @@ covers: on Epoch's Chinchilla points the drift inside the data does not carry on
 interval drops coverage half a decade out to 84%), on this project's first text ladder it did, and
 grew (an interval about the law held 86%).
 
-The prediction is the law's value (HULL), or (ADAPTIVE, the default) that value moved by s mu d,
-s = max(0, 1 - se^2 / mu^2) the share of the drift its own standard error leaves standing
+The prediction is the law's value (HULL), or (ADAPTIVE, the default) that value moved by s mu d, the
+drift read against the drift other ladders showed (posterior_drift: s = P^2 / (P^2 + se^2), P =
+PRIOR_DRIFT), with mu replaced by s mu in the interval and kappa by the sd of a new cut's drift
 (adaptive()); either stays inside the interval. ADAPTIVE also keeps the interval's own backtest by
 distance (CoverageBand), which the verdict reads: no prediction is trusted where the cuts' held-out
 runs fell outside it too often.
@@ -70,7 +71,7 @@ CUT_FRACTIONS = (0.4, 0.5, 0.6, 0.7, 0.8)
 CALIBRATION_BOOT = 40  # bootstrap resamples of each refit below a cut: enough for the sd of one slope
 NEAR_DECADES = 0.5  # held-out runs this close to their cut measure one run's out-of-sample scatter
 WINSOR = 3.0  # residuals beyond this many robust sds count as that many in sigma_run
-ADAPTIVE = "adaptive"  # the hull, the prediction moved by the drift shrunk by its error, its own backtest (default)
+ADAPTIVE = "adaptive"  # the hull on the drift read against other ladders', the prediction moved by it (default)
 HULL = "hull"  # the law's value, the interval widened to the drift: how intervals were built before
 INTERVAL_METHODS = (ADAPTIVE, HULL)
 BAND_EDGES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, math.inf)  # decades past the data: the backtest's bands
@@ -80,6 +81,14 @@ BAND_EDGES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, math.inf)  # decades past the data: 
 # fineweb_c4; 0.022 pooled, 0.020 to 0.026 leaving any one ladder out), taken as 0.02. What other
 # ladders showed stands in for what this one cannot show (ADAPTIVE only).
 UNSEEN_DRIFT = 0.02
+# The same figure is the prior the ladder's own drift is read against (ADAPTIVE, posterior_drift): the
+# drift mu the cuts share is drawn, ladder to ladder, from N(0, PRIOR_DRIFT^2), and the cuts' spread tau
+# about it is pooled with PRIOR_DRIFT as if PRIOR_CUTS more cuts had shown it (normal-normal
+# shrinkage, Efron and Morris 1975; Gelman et al., BDA 3rd ed., sec. 5.4). Measured leaving each public
+# ladder out (0.020 to 0.026) and with PRIOR_CUTS 1 to 4, the backtest's coverage and widths move by
+# under half a point in the median (docs/fitting.md).
+PRIOR_DRIFT = UNSEEN_DRIFT
+PRIOR_CUTS = 1
 FORMULAS = {
     HULL: (
         "log L 95% interval: lo = log L_hat + min(mu d, 0) - sqrt(b_lo^2 + z^2 (sigma_run^2 + kappa^2 d^2)), "
@@ -91,11 +100,12 @@ FORMULAS = {
         "at least sigma_run per decade"
     ),
     ADAPTIVE: (
-        "the hull's interval (below), past the farthest calibrated distance r also 0.02 (d - r) per decade in "
-        "quadrature (what the public ladders' cuts drifted); the prediction log L_hat + s mu d, s = max(0, 1 - "
-        "se^2 / mu^2), se the standard error of the drift mu the cuts share (0 with one fitted cut); a prediction "
-        "is trusted only at a distance where the cuts' own held-out runs lie inside this interval at least 90% of "
-        "the time"
+        "the hull's interval (below) with mu read against the public ladders' drift, P = 0.02 per decade: mu "
+        "~ N(0, P^2) and tau^2 pooled with P^2 as one more cut; mu replaced by s mu, s = P^2 / (P^2 + se^2), se "
+        "the standard error of mu, and kappa by sqrt((s mu)^2 + tau_pooled^2 + s se^2); past the farthest "
+        "calibrated distance r also 0.02 (d - r) per decade in quadrature (what the public ladders' cuts "
+        "drifted); the prediction log L_hat + s mu d; a prediction is trusted only at a distance where the "
+        "cuts' own held-out runs lie inside this interval at least 90% of the time"
     ),
 }
 
@@ -170,6 +180,9 @@ class Calibration:
     drift_sd: float = 0.0  # the standard error of mu (ADAPTIVE)
     bands: tuple[CoverageBand, ...] = ()  # the calibration's own backtest by distance (ADAPTIVE)
     drift_share: float = 0.0  # the share of mu d the prediction is moved by (ADAPTIVE: adaptive())
+    # PRIOR_DRIFT when the drift was read against it (the interval's drift side then reaches s mu d too);
+    # 0 in fit.json files from before, whose interval reaches the whole mu d
+    drift_prior: float = 0.0
 
     @property
     def calibrated(self) -> bool:
@@ -205,6 +218,7 @@ class Calibration:
             "drift_per_decade": self.drift,
             "drift_sd_per_decade": self.drift_sd,
             "drift_share": self.drift_share,
+            "drift_prior_per_decade": self.drift_prior,
             "reach_decades": self.reach,
             "formula": FORMULAS[self.method],
             "backtest_by_distance": [b.to_dict() for b in self.bands],
@@ -223,6 +237,7 @@ class Calibration:
             method=method if method in FORMULAS else HULL,
             drift_sd=float(d.get("drift_sd_per_decade") or 0.0),
             drift_share=float(d.get("drift_share") or 0.0),
+            drift_prior=float(d.get("drift_prior_per_decade") or 0.0),
             bands=tuple(CoverageBand.from_dict(b) for b in d.get("backtest_by_distance") or ()),
         )
 
@@ -312,27 +327,28 @@ def calibrate(
 def adaptive(
     held: list[HeldOut], scatter: float, reach: float, cuts: tuple[CalibrationCut, ...], mu: float, kappa: float
 ) -> Calibration:
-    """The ADAPTIVE calibration: HULL's interval (mu, kappa from shared_drift), the prediction moved
-    toward the drift by as much of it as its own standard error leaves standing, and the interval's
-    own backtest.
+    """The ADAPTIVE calibration: the drift the cuts share read against what other ladders showed
+    (posterior_drift), the prediction moved by it, HULL's interval built on it, and the interval's own
+    backtest.
 
-    The prediction is log L_hat + s mu d with s = max(0, 1 - se^2 / mu^2), the positive-part
-    James-Stein factor (Efron and Morris 1973): a drift many standard errors from 0 moves it fully,
-    one within its own error not at all; with a single fitted cut, whose drift has no standard error
-    of its own to shrink by, s = 0. It stays inside the interval, which reaches mu d on the drift's
-    side (HULL). Measured on the public ladders (docs/fitting.md): at 0.5 to 1 decade this halves
-    the one-sign error on three of four ladders and leaves Chinchilla's unbiased one as it was;
-    estimates that move further (the drift unshrunk, the upper cuts' drift, its trend over the cuts)
-    overshoot on some ladder at 1 to 2 decades.
+    A ladder's cuts measure its drift with an error se (one cut fitted on a few runs: 0.1 to 0.2 per
+    decade on Marin's comma ladder), and its spread tau from 2 to 5 cuts; taken at face value the first
+    moved intervals by 10% a decade and the second made them as narrow as the cuts happened to agree
+    (comma's 45-run fit: 0.010 per decade, its next budget then 3% to 5% below every prediction).
+    Read against the public ladders' drift, PRIOR_DRIFT, the prediction is log L_hat + s mu d with
+    s = PRIOR_DRIFT^2 / (PRIOR_DRIFT^2 + se^2), and the law's error per decade kappa = sqrt((s mu)^2 +
+    tau_pooled^2 + s se^2): the posterior mean and sd of a new cut's drift. The interval reaches s mu d
+    further on the drift's side (HULL), so the prediction stays inside it. `mu` and `kappa` as
+    shared_drift gave them are replaced.
 
     The bands are the calibration's own backtest: each cut's held-out runs against the interval this
-    calibration gives that cut's refit (its curve sd, sigma_run, kappa, and the drift of the *other*
-    cuts), counted by distance past the cut. checks.coverage_reasons lets no prediction be trusted at a
-    distance where they under-cover."""
+    calibration gives that cut's refit (its curve sd, sigma_run, kappa, and the posterior drift of the
+    *other* cuts), counted by distance past the cut. checks.coverage_reasons lets no prediction be
+    trusted at a distance where they under-cover."""
     drifts = np.array([h.drift for h in held])
     variances = np.array([h.drift_var(scatter) for h in held])
-    _, _, se = drift_terms(drifts, variances)
-    share = max(0.0, 1.0 - se**2 / mu**2) if (mu and len(held) >= 2) else 0.0
+    post = posterior_drift(drifts, variances)
+    kappa = max(post.kappa, scatter)
     loco = [_others_drift(drifts, variances, j) for j in range(len(held))]
     d = np.concatenate([h.d for h in held])
     inside = np.concatenate([_held_inside(h, m, scatter, kappa) for m, h in zip(loco, held, strict=True)])
@@ -346,18 +362,46 @@ def adaptive(
         kappa,
         reach,
         cuts,
-        drift=mu,
+        drift=post.mu,
         method=ADAPTIVE,
-        drift_sd=se,
+        drift_sd=post.se,
         bands=bands,
-        drift_share=share,
+        drift_share=post.share,
+        drift_prior=PRIOR_DRIFT,
     )
 
 
+@dataclass(frozen=True)
+class PosteriorDrift:
+    """The cuts' shared drift read against the public ladders' (posterior_drift): mu and se as the cuts
+    alone give them, the share s of mu that stands, and the sd per decade of a new cut's drift."""
+
+    mu: float
+    se: float
+    share: float
+    kappa: float
+
+
+def posterior_drift(drifts: np.ndarray, variances: np.ndarray) -> PosteriorDrift:
+    """The random-slope model's mu, tau and se (drift_terms) with mu ~ N(0, PRIOR_DRIFT^2) and tau^2
+    pooled with PRIOR_DRIFT^2 over PRIOR_CUTS more cuts: mu's posterior is s mu with variance s se^2,
+    s = PRIOR_DRIFT^2 / (PRIOR_DRIFT^2 + se^2), and a new cut's drift has sd
+    sqrt((s mu)^2 + tau_pooled^2 + s se^2) about 0 (its square mean)."""
+    mu, tau, se = drift_terms(drifts, variances)
+    prior = PRIOR_DRIFT**2
+    share = prior / (prior + se**2)
+    n = len(drifts)
+    tau2 = (PRIOR_CUTS * prior + n * tau**2) / (PRIOR_CUTS + n)
+    return PosteriorDrift(mu, se, share, math.sqrt((share * mu) ** 2 + tau2 + share * se**2))
+
+
 def _others_drift(drifts: np.ndarray, variances: np.ndarray, j: int) -> float:
-    """mu from every cut but the j-th (0 with no other)."""
+    """The posterior drift s mu from every cut but the j-th (0 with no other)."""
     others = np.arange(drifts.size) != j
-    return drift_terms(drifts[others], variances[others])[0] if others.any() else 0.0
+    if not others.any():
+        return 0.0
+    post = posterior_drift(drifts[others], variances[others])
+    return post.share * post.mu
 
 
 def _held_inside(h: HeldOut, mu: float, scatter: float, kappa: float) -> np.ndarray:
@@ -452,8 +496,9 @@ def log_interval(
     of log L_hat (R, g) or None, decades (g,) past the data. Returns (value, lo, hi), each (g,).
 
     Each side's half-width is the bootstrap's on that side and Z95 * extra_sd added in quadrature, and
-    the side the cuts drifted to reaches mu d further (module docstring). The value is the law's,
-    moved by drift_share * mu d (ADAPTIVE; 0 for HULL): inside the interval, since drift_share <= 1."""
+    the side the cuts drifted to reaches mu d further, s mu d where the drift was read against the
+    public ladders' (drift_prior; module docstring). The value is the law's, moved by drift_share * mu d
+    (ADAPTIVE; 0 for HULL): inside the interval, since drift_share <= 1."""
     center = np.asarray(center, float)
     low = high = np.zeros_like(center)
     if samples is not None and samples.shape[0]:
@@ -462,5 +507,6 @@ def log_interval(
     extra = Z95 * cal.extra_sd(decades)
     shift = cal.shift(decades)
     value = center + cal.drift_share * shift if cal.corrects else center
-    lo = center + np.minimum(shift, 0.0) - np.hypot(low, extra)
-    return value, lo, center + np.maximum(shift, 0.0) + np.hypot(high, extra)
+    side = cal.drift_share * shift if cal.drift_prior else shift  # how far the drift's side reaches
+    lo = center + np.minimum(side, 0.0) - np.hypot(low, extra)
+    return value, lo, center + np.maximum(side, 0.0) + np.hypot(high, extra)

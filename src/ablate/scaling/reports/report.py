@@ -477,6 +477,12 @@ def _correction_words(cal) -> str:
     """How far the prediction itself moves toward the drift (calibration.adaptive), in words."""
     if cal.method != "adaptive" or not cal.drift:
         return ""
+    if cal.drift_prior:
+        return (
+            f"; read against the {g(cal.drift_prior)} per decade other ladders' drifts spread over, "
+            f"{100 * cal.drift_share:.0f}% of it stands (its standard error {g(cal.drift_sd)}): the prediction "
+            f"moves {g(cal.drift_share * cal.drift)} per decade and the interval's end that much further"
+        )
     if not cal.corrects:
         return f"; the prediction stays the law's: the drift is within its own standard error {g(cal.drift_sd)}"
     return (
@@ -494,10 +500,13 @@ def _drift_words(cal) -> str:
     if not cal.drift:
         return ""
     side, way = ("lower", "too high") if cal.drift < 0 else ("upper", "too low")
-    return (
+    said = (
         f"; the refits below the cuts predicted the runs above them {way}, by {g(abs(cal.drift))} in log loss "
-        f"per decade on average, so the interval's {side} end reaches that much further"
+        "per decade on average"
     )
+    if cal.drift_prior:  # how far the interval reaches is said with the share that stands (_correction_words)
+        return said
+    return f"{said}, so the interval's {side} end reaches that much further"
 
 
 def _summary_held_out(result: FitReport) -> list[str]:
