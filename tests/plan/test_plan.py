@@ -541,3 +541,68 @@ def test_a_gpu_plan_states_where_fp8_pays_on_that_gpu_or_that_it_was_not_measure
     monkeypatch.setenv(fp8.RESULTS_ENV, str(tmp_path / "gpu.json"))
     assert "fp8_rowwise from width 2048" in dict(plan_render.summary_rows(make()))["fp8"]
     assert "fp8" not in dict(plan_render.summary_rows(make(hardware="cpu", precision="fp32", model="gpt2_124m")))
+
+
+# ---------------------------------------------------------------------------------------------
+# A law of one vocabulary for a model of another (plan/vocabulary.py)
+# ---------------------------------------------------------------------------------------------
+
+DOCS_TOKENIZER = {"vocab_size": 2048, "data": "debian_docs", "tokenizer": "bpe", "bytes_per_token": 2.33}
+
+
+def fit_with_tokenizer(tmp_path, report, tokenizer):
+    import dataclasses
+
+    points = dataclasses.replace(report.points, tokenizer=tokenizer)
+    return fitfile.load_fit(write_fit(tmp_path, dataclasses.replace(report, points=points)))
+
+
+def test_fit_json_records_the_vocabulary_its_runs_were_trained_on(tmp_path, fit_report):
+    fit = fit_with_tokenizer(tmp_path, fit_report, DOCS_TOKENIZER)
+    assert json.loads(open(fit.path).read())["data"]["tokenizer"] == DOCS_TOKENIZER
+    assert fit.tokenizer == DOCS_TOKENIZER
+    assert json.loads(open(write_fit(tmp_path, fit_report, name="plain.json")).read())["data"]["tokenizer"] is None
+
+
+def test_the_runs_vocabulary_and_bytes_per_token_come_from_their_params_and_val_bpb():
+    from types import SimpleNamespace
+
+    from ablate.scaling.runs import _tokenizer
+
+    def run(vocab, loss, bpb, data="debian_docs"):
+        params = {"model.vocab_size": str(vocab), "data.name": data, "data.kind": "text", "data.tokenizer": "bpe"}
+        return SimpleNamespace(data=SimpleNamespace(params=params, metrics={"val/loss": loss, "val/bpb": bpb}))
+
+    # bpb = L / ln 2 / bytes per token: 3.2 nats per token at 2.33 bytes per token
+    runs = [run(2048, 3.2, 3.2 / math.log(2) / 2.33), run(2048, 3.0, 3.0 / math.log(2) / 2.33)]
+    assert _tokenizer(runs) == {**DOCS_TOKENIZER, "bytes_per_token": pytest.approx(2.33)}
+    assert _tokenizer([*runs, run(4096, 3.0, 1.0)]) is None  # runs of two vocabularies share no law
+    no_bpb = [SimpleNamespace(data=SimpleNamespace(params=r.data.params, metrics={"val/loss": 3.0})) for r in runs]
+    assert _tokenizer(no_bpb)["bytes_per_token"] is None
+
+
+def test_a_plan_for_another_vocabulary_gives_the_laws_loss_in_bits_per_byte(tmp_path, fit_report):
+    fit = fit_with_tokenizer(tmp_path, fit_report, DOCS_TOKENIZER)
+    plan = make(fit=fit)  # gpt_1p5b: 50,257 tokens against the law's 2,048
+    (line,) = [n for n in plan.notes if "vocabulary" in n]
+    assert "fitted on a 2,048-token vocabulary (debian_docs, bpe), this model has 50,257" in line
+    bpb = plan.prediction.value / math.log(2) / 2.33
+    assert f"{bpb:.3f} bits per byte" in line
+    assert line in plan_render.render_table(plan)
+
+
+def test_a_plan_for_the_laws_own_vocabulary_says_nothing_of_it(tmp_path, fit_report):
+    fit = fit_with_tokenizer(tmp_path, fit_report, {**DOCS_TOKENIZER, "vocab_size": 50257})
+    assert not [n for n in make(fit=fit).notes if "vocabulary" in n]
+
+
+def test_a_law_without_bytes_per_token_is_refused_for_another_vocabulary(tmp_path, fit_report):
+    synthetic = {"vocab_size": 4000, "data": "synthetic", "tokenizer": "synthetic", "bytes_per_token": None}
+    fit = fit_with_tokenizer(tmp_path, fit_report, synthetic)
+    with pytest.raises(
+        ConfigError, match=r"4,000-token vocabulary .* records no bytes per token.*valid: model.vocab_size=4000"
+    ):
+        make(fit=fit)
+    bad = fit_with_tokenizer(tmp_path, fit_report, {**DOCS_TOKENIZER, "bytes_per_token": -1})
+    with pytest.raises(ConfigError, match="data.tokenizer.bytes_per_token is -1"):
+        make(fit=bad)

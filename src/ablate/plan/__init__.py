@@ -3,6 +3,7 @@
 hardware.py  planning_hardware: catalogue or measured figures at the policy's matmul dtype
 mfu.py       choose_mfu: given, measured on the user's own runs (MLflow), or a stated default
 loss.py      predict_loss and compute_optimal from an exported fit (scaling/reports/fitfile.py)
+vocabulary.py  across_vocabularies: a law of one vocabulary for a model of another, in bits per byte
 memory.py    plan_memory: on the GPUs given, the fewest that fit, and fallbacks
 comm.py      plan_communication: one step's collectives on NVLink and the network, what of them shows
 make.py      make_plan: Plan with its constraints and the binding corner (no I/O)
@@ -22,5 +23,5 @@ __all__, __getattr__, __dir__ = lazy_api(
         "mfu": ("choose_mfu",),
         "make": ("make_plan",),
     },
-    modules=("render",),
+    modules=("render", "vocabulary"),
 )

@@ -36,6 +36,7 @@ from ablate.plan.hardware import PlanHardware
 from ablate.plan.loss import Alternative, LossPrediction, Purchase, compute_optimal, predict_loss, what_it_buys
 from ablate.plan.memory import MemoryPlan, plan_memory
 from ablate.plan.mfu import MfuChoice
+from ablate.plan.vocabulary import across_vocabularies
 from ablate.scaling import FitLaw
 
 GB = 1e9
@@ -159,6 +160,9 @@ def make_plan(inputs: PlanInputs, hw: PlanHardware, mfu: MfuChoice, fit: FitLaw 
             )
         )
     notes = _notes(inputs, hw, mem, gpus_used, mfu)
+    if fit is not None:
+        across = across_vocabularies(fit, model.vocab_size, prediction)
+        notes += [across] if across else []
     return Plan(
         model,
         precision,

@@ -75,6 +75,9 @@ class Points:
     seconds: np.ndarray | None  # each run's training time, when known
     entropy_floor: float | None  # the lowest loss any model can reach on these data, when known
     seeds: tuple[str, ...] | None  # each run's training seed, when known: replicates are distinct seeds
+    # the vocabulary the losses are nats per token of, when known: {vocab_size, data, tokenizer,
+    # bytes_per_token} (scaling/runs.py), which fit.json records for a plan to check
+    tokenizer: dict | None
 
     def __init__(
         self,
@@ -87,6 +90,7 @@ class Points:
         seconds: ArrayLike | None = None,
         entropy_floor: float | None = None,
         seeds: Sequence | None = None,
+        tokenizer: dict | None = None,
     ) -> None:
         given = {
             "params": N,
@@ -119,6 +123,7 @@ class Points:
         if entropy_floor is not None:
             entropy_floor = float(check_positive("entropy_floor", [entropy_floor], "Points")[0])
         object.__setattr__(self, "entropy_floor", entropy_floor)
+        object.__setattr__(self, "tokenizer", tokenizer)
 
     def __len__(self) -> int:
         return len(self.L)
@@ -142,6 +147,7 @@ class Points:
             pick(self.seconds),
             self.entropy_floor,
             labels(self.seeds),
+            self.tokenizer,
         )
 
     def with_floor(self, floor: float | None) -> Points:

@@ -205,7 +205,37 @@ def _points(used: list[_Used]) -> Points:
             if len(rates) == len(speed)
             else None
         ),
+        tokenizer=_tokenizer(runs),
     )
+
+
+def _tokenizer(runs: list) -> dict | None:
+    """The vocabulary the runs' losses are nats per token of, where they share one: the model's
+    vocab_size, the data and its tokenizer, and the validation text's bytes per token (val/loss
+    over val/bpb, logged together: bpb = L / ln 2 / bytes per token), which puts the law in bits
+    per byte for a model of another vocabulary (plan/vocabulary.py)."""
+    shared = {
+        (
+            p.get("model.vocab_size"),
+            p.get("data.name") or p.get("data.kind"),
+            p.get("data.tokenizer") or p.get("data.kind"),
+        )
+        for p in (r.data.params for r in runs)
+    }
+    if len(shared) != 1:
+        return None
+    vocab, data, tokenizer = shared.pop()
+    try:
+        vocab_size = int(float(vocab))
+    except (TypeError, ValueError):
+        return None
+    ratios = [
+        m["val/loss"] / math.log(2) / m["val/bpb"]
+        for m in (r.data.metrics for r in runs)
+        if m.get("val/bpb") and m.get("val/loss") and _usable(m["val/bpb"]) and _usable(m["val/loss"])
+    ]
+    per_token = float(np.median(ratios)) if ratios and len(ratios) == len(runs) else None
+    return {"vocab_size": vocab_size, "data": data, "tokenizer": tokenizer, "bytes_per_token": per_token}
 
 
 def _curves(used: list[_Used]) -> tuple[tuple[RunCurve, ...], list[str]]:

@@ -217,6 +217,7 @@ def fit_dict(result: FitReport) -> dict:
         "entropy_floor": p.entropy_floor,
         "flops_per_second": p.flops_per_second,
         "params": result.options.params,
+        "tokenizer": p.tokenizer,
     }
     doc: dict = {"schema": SCHEMA, "data": data, APPROACH3: _approach3_dict(result)}
     decades = decade_frontier(result)

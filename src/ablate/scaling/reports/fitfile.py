@@ -30,6 +30,7 @@ class FitLaw:
     values: dict  # name -> value, in the law's NAMES
     ci95: dict  # name -> (lo, hi) or None
     predictor: Predictor
+    tokenizer: dict | None = None  # fit.json's data.tokenizer: the vocabulary its losses are per token of
 
     def law(self) -> Law:
         return self.predictor.law
@@ -106,7 +107,8 @@ def _load_fit(path: str, where: str) -> FitLaw:
         (a3.get("variant") or {}).get("params") or data.get("params") or "total",
         data.get("flops_per_second"),
     )
-    return FitLaw(path, values, ci, predictor)
+    tokenizer = data.get("tokenizer")
+    return FitLaw(path, values, ci, predictor, tokenizer if isinstance(tokenizer, dict) else None)
 
 
 # The laws' exponents (alpha, beta; alpha_N, alpha_D): at most 7 keeps N^alpha finite in float64 for
