@@ -8,7 +8,6 @@ import contextlib
 import fcntl
 import glob
 import itertools
-import json
 import os
 import pwd
 import shutil
@@ -205,48 +204,52 @@ def starts_processes(args: list[str], command: str | None) -> bool:
 
 
 class ForkServer:
-    """Client of tests/forkserver.py: `python -m ablate ARGV` as a child forked from a process that has
-    imported torch, MLflow and Hydra once. Thread-safe: several commands may run at once."""
+    """`python -m ablate ARGV` as a process forked from the product's warm worker (its `run_argv`
+    call, src/ablate/sweep/launch/command.py), started through the child entry point as a sweep's
+    is, with the command line, MLflow's sqlite store and torch imported once. Thread-safe: several
+    commands may run at once; a thread reads the worker's answers."""
 
     def __init__(self):
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("forkserver.py"))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).resolve().parents[1],
-        )
-        assert json.loads(self.proc.stdout.readline())["ready"]
-        self.lock, self.pending, self.ids = threading.Lock(), {}, itertools.count()
+        from ablate.sweep.launch.pool import _Worker
+
+        self.worker = _Worker.start("sqlite://", True, ["ablate.cli.main", "mlflow"])
+        assert self.worker.ready() is not None, "the fork server did not start"
+        self.lock, self.pending, self.nums = threading.Lock(), {}, itertools.count()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
-            answer = json.loads(line)
+        while not self.worker.channel.closed:
+            replies = self.worker.channel.read()
             with self.lock:
-                state = self.pending.get(answer["id"])
-            if state is None:  # a command given up on (its timeout): it was killed
-                continue
-            state.update(answer)
-            if "code" in answer:
-                state["done"].set()
-            else:
-                state["forked"].set()
+                for reply in replies:
+                    state = self.pending.pop(reply.id, None)
+                    if state is None:  # a command given up on (its timeout): it was killed
+                        continue
+                    if reply.failed:
+                        state.update(code=-1, error=reply.message["error"])
+                        state["forked"].set()
+                        state["done"].set()
+                    elif "code" in reply.message["ok"]:
+                        state.update(reply.message["ok"])
+                        state["done"].set()
+                    else:
+                        state.update(reply.message["ok"])
+                        state["forked"].set()
 
     def start(self, argv: list[str], cwd: Path, env: dict, stdout: Path, stderr: Path) -> dict:
         """Fork the command and return at once: its state, which the reader thread fills in."""
-        request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(stdout), "stderr": str(stderr)}
+        command = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(stdout), "stderr": str(stderr)}
         state = {"forked": threading.Event(), "done": threading.Event()}
         with self.lock:
-            request["id"] = state["id"] = str(next(self.ids))
-            self.pending[request["id"]] = state
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
+            state["num"] = num = next(self.nums)
+            self.pending[self.worker.channel.send("run_argv", num=num, **command)] = state
+            self.pending[self.worker.channel.send("wait", num=num)] = state
         return state
 
     def forget(self, state: dict) -> None:
         with self.lock:
-            self.pending.pop(state["id"], None)
+            for call_id in [i for i, s in self.pending.items() if s is state]:
+                del self.pending[call_id]
 
     def run(self, argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
         args = [sys.executable, "-m", "ablate", *argv]
@@ -262,17 +265,17 @@ class ForkServer:
                     raise subprocess.TimeoutExpired(args, timeout, out.read_bytes(), err.read_bytes())
             finally:
                 self.forget(state)
+            assert "error" not in state, state.get("error")
             read = (p.read_bytes().decode("utf-8", errors="replace") for p in (out, err))
             return subprocess.CompletedProcess(args, state["code"], *read)
 
     def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(30)
+        self.worker.close(30)
 
 
 class Forked:
     """A command that cli.start forked and did not wait for, with the part of Popen's interface the
-    tests use: pid, poll, wait, send_signal, kill. Its process group is its own (forkserver.py), as
+    tests use: pid, poll, wait, send_signal, kill. Its process group is its own (command.py), as
     with Popen(start_new_session=True). A signal is sent only while the command has not been reaped,
     so that it never reaches a process that took its pid afterwards."""
 

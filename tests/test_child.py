@@ -1,6 +1,7 @@
 """The one child entry point (ablate/child.py): a request survives its trip on the command line, a
 bad one fails in one line before anything runs, and a child's exit status is its target's."""
 
+import json
 import os
 import signal
 import subprocess
@@ -78,3 +79,73 @@ def test_a_child_whose_parent_is_gone_stops_before_its_target():
     request = child.Request(WATCHDOG, {"uri": "sqlite:///unused.db", "run_id": "r1"}, parent_pid=os.getpid() + 1)
     done = subprocess.run(child.command(request), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert (done.returncode, done.stderr.strip()) == (1, f"the parent process (pid {os.getpid() + 1}) is gone")
+
+
+# -- the channel -----------------------------------------------------------------------------------
+
+
+def test_a_call_carries_json_as_json_and_pickles_only_the_rest():
+    config = {1: "a key JSON would turn into a string"}
+    line = child.call_line(3, "run", {"num": 0, "overrides": ("a=1",), "config": config, "payload": b"\x00"})
+    message = json.loads(line)
+    assert message["args"] == {"num": 0, "overrides": ["a=1"]} and "pickle" in message
+    call = child.Call.decode(message)
+    assert (call.id, call.name) == (3, "run")
+    assert call.args == {"num": 0, "overrides": ["a=1"], "config": config, "payload": b"\x00"}
+    plain = json.loads(child.call_line(4, "find", {"config_hash": "abc"}))
+    assert plain == {"id": 4, "call": "find", "args": {"config_hash": "abc"}}
+
+
+def _reply(line: bytes) -> child.Reply:
+    message = json.loads(line)
+    return child.Reply(message["id"], message)
+
+
+def test_an_answer_is_its_value_or_its_failure_raised():
+    assert _reply(child.ok(1, {"pid": 7, "code": -9})).value() == {"pid": 7, "code": -9}
+    assert _reply(child.ok(1, bytes(3))).value() == bytes(3)
+    assert _reply(child.ok(1)).value() is None
+    with pytest.raises(child.RemoteError, match=r"^ValueError: bad$"):
+        _reply(child.error(1, ValueError("bad"))).value()  # the line only: the agent's answers
+    failed = _reply(child.error(1, KeyError("missing"), "Traceback (most recent call last): ..."))
+    assert failed.failed and failed.trace.startswith("Traceback")
+    with pytest.raises(KeyError, match="missing"):  # with its traceback: the exception itself
+        failed.value()
+
+    class Local(Exception):  # a class the other side could not import
+        def __reduce__(self):
+            raise TypeError("cannot pickle")
+
+    with pytest.raises(child.RemoteError, match=r"^Local: x$"):
+        _reply(child.error(1, Local("x"), "Traceback ...")).value()
+
+
+class _Pipes:
+    """A child's stdin and stdout as two pipes, this test playing the child."""
+
+    def __init__(self):
+        calls_read, calls_write = os.pipe()
+        replies_read, replies_write = os.pipe()
+        self.stdin = os.fdopen(calls_write, "wb")
+        self.stdout = os.fdopen(replies_read, "rb")
+        self.calls, self.replies = child.Calls(calls_read), os.fdopen(replies_write, "wb", buffering=0)
+        self.pid = os.getpid()
+
+
+def test_answers_that_come_out_of_order_reach_their_callers():
+    """A worker answers a short call while a long one runs: each answer goes to its own call."""
+    pipes = _Pipes()
+    channel = child.Channel(pipes)
+    first, second = channel.send("wait", num=0), channel.send("ready")
+    calls = []
+    while len(calls) < 2:
+        calls += pipes.calls.read_calls()
+    assert [(c.id, c.name, c.args) for c in calls] == [(first, "wait", {"num": 0}), (second, "ready", {})]
+    pipes.replies.write(child.ok(second, "ready") + child.ok(first, {"code": 0}))
+    assert channel.reply(first).value() == {"code": 0} and channel.reply(second).value() == "ready"
+    channel.close()
+    channel.writer.join(5)
+    assert pipes.calls.read() == [] and pipes.calls.eof  # end of input: the child's cue to exit
+    pipes.replies.close()
+    with pytest.raises(child.ChannelClosed):
+        channel.reply(99)

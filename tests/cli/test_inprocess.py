@@ -1,7 +1,8 @@
 """The `cli` fixture runs a command inside the test process (tests/inprocess.py): afterwards the
 process is as the command found it, as if the command had run in a process of its own. A command
-that must be a process is forked from the fork server (tests/forkserver.py): it is one, with its own
-pid, exit status, output, working directory and environment."""
+that must be a process is forked from the product's warm worker (its `run_argv` call,
+src/ablate/sweep/launch/command.py): it is one, with its own pid, exit status, output, working
+directory and environment."""
 
 import logging
 import os

@@ -84,10 +84,8 @@ def test_the_warm_worker_the_jobs_are_forked_from_never_initializes_cuda():
 
     pool = Pool(None).start()
     try:
-        worker = pool.workers[0]
-        while worker.ready is None and not worker.lines.eof:
-            worker.read()
-        assert worker.ready is not None and worker.ready["cuda_initialized"] is False
-        assert "torch" in worker.ready["preloaded"]
+        ready = pool.workers[0].ready()
+        assert ready is not None and ready["cuda_initialized"] is False
+        assert "torch" in ready["preloaded"]
     finally:
         pool.close()

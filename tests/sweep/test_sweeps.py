@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from mlflow.tracking import MlflowClient
 
+from ablate.child import Call, call_line
 from ablate.config import CONF_DIR, PRECISION_NAMES, ConfigError, ProcessSettings, parse_process_settings
 from ablate.run import progress
 from ablate.sweep import plan as sweep_plan
@@ -149,8 +150,6 @@ def _grid_sweep(tmp_path):
 
 
 def test_a_job_runs_the_config_its_plan_composed_without_composing_it_again(hydra_conf, tmp_path):
-    import base64
-
     import cloudpickle
     from hydra._internal.callbacks import Callbacks
     from hydra.core.global_hydra import GlobalHydra
@@ -172,7 +171,7 @@ def test_a_job_runs_the_config_its_plan_composed_without_composing_it_again(hydr
     # The worker's job decodes the config it is sent and runs it: seed 777 proves nothing was composed.
     context = HydraContext(config_loader=loader, callbacks=Callbacks())
     spec = cloudpickle.loads(process.spec(context, lambda c: c.train.seed, cfg))
-    wire = base64.b64encode(cloudpickle.dumps(planned)).decode()
+    wire = Call.decode(json.loads(call_line(1, "run", {"config": planned}))).args["config"]  # as the worker reads it
     ret: JobReturn = worker.run_one(spec, 1, list(jobs[1]), wire)
     assert ret.return_value == 777 and ret.hydra_cfg.hydra.job.num == 1
     assert worker.run_one(spec, 1, list(jobs[1])).return_value == 2  # no config sent: the job composes it

@@ -28,7 +28,6 @@ Files: OUT/result.json is the trunk's, OUT/branches/<key>=<budget>/result.json e
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import signal
@@ -335,15 +334,12 @@ class _Branches:
         }
 
     def _run_process(self, i: int, spec: dict) -> int:
-        out_dir = Path(spec["out_dir"])
-        spec_path = write_json(out_dir / "branch.json", spec)
+        write_json(Path(spec["out_dir"]) / "branch.json", spec)  # a record of what the branch was asked
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         with self.lock:
             if self.stopped:
                 return -1
-            proc = spawn(
-                "ablate.run.branches:branch_main", {"spec_path": str(spec_path)}, stdin=subprocess.DEVNULL, env=env
-            )
+            proc = spawn("ablate.run.branches:branch_main", spec, stdin=subprocess.DEVNULL, env=env)
             self.procs[i] = proc
         return proc.wait()
 
@@ -359,21 +355,27 @@ class _Branches:
         return read_result(directory)
 
 
-def branch_main(spec_path: str) -> None:
-    """A branch in a process of its own, which the trunk's started (`_run_process`)."""
+def branch_main(
+    config: dict,
+    out_dir: str,
+    fork: dict | None,
+    sweep_id: str | None,
+    experiment_id: str | None,
+    parent_run_id: str | None,
+) -> None:
+    """A branch in a process of its own, which the trunk's started (`_run_process`) with its config
+    and place in its request."""
     from ablate.run import train
 
     interrupt_on(signal.SIGTERM, signal.SIGINT)
-    spec = json.loads(Path(spec_path).read_text())
-    cfg = parse_run(spec["config"])
+    cfg = parse_run(config)
     train.set_threads(1)
-    fork = spec["fork"]
     train.run(
         cfg,
-        Path(spec["out_dir"]),
-        sweep_id=spec["sweep_id"],
-        experiment_id=spec["experiment_id"],
-        parent_run_id=spec["parent_run_id"],
+        Path(out_dir),
+        sweep_id=sweep_id,
+        experiment_id=experiment_id,
+        parent_run_id=parent_run_id,
         kind=BRANCH_KIND,
         fork=checkpoint.Fork(fork["step"], Path(fork["directory"])) if fork else None,
     )

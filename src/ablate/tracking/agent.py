@@ -18,23 +18,25 @@ after one; it exits when its input ends, which is when the run closes it or the 
 gone, however it went (run/watchdog.py marks a run that died without closing it KILLED). If the
 agent itself dies, each call fails like an unreachable store: the tracker buffers and spools.
 
-Started through ablate/child.py (target `serve`); then JSON lines, requests on stdin, replies on stdout:
-    {"call": "use", "args": [uri]}             -> {"ok": [modules imported for that store]}
-    {"call": "open", "args": [experiment]}     -> {"ok": experiment_id}
-    {"call": METHOD, "args": [...]}            -> {"ok": result} | {"error": "Type: message"}
+Started through ablate/child.py (target `serve`); then calls on the child's channel (child.py):
+    use(uri)                 -> the modules imported for that store
+    open(experiment)         -> the experiment's id
+    METHOD(**its arguments)  -> its value, or {"error": "Type: message"} (runstore.CALLS; the line
+                                redacted, never the exception itself: it may quote a password)
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
+import inspect
 import os
 import signal
 import subprocess
 import sys
 import threading
 
-from ablate.child import spawn
+from ablate.child import Call, Calls, Channel, ChannelClosed, RemoteError, error, ok
 from ablate.host import RUN_SIGNALS, import_available
 from ablate.redact import redact
 from ablate.streams import SteadyStream
@@ -43,7 +45,7 @@ from ablate.tracking.runstore import CALLS, RunStore
 CLOSE_TIMEOUT_S = 30.0
 
 
-class StoreError(RuntimeError):
+class StoreError(RemoteError):
     """A call the agent could not make (the store refused it, or could not be reached): "Type: message"."""
 
 
@@ -82,40 +84,34 @@ class Agent:
         self.uri: str | None = None
         self.owner = os.getpid()
         self.experiment: str | None = None
-        self.owed = 0  # replies to requests sent without waiting (use, open)
+        self.owed: list[int] = []  # calls sent without waiting (use, open): the next call reads their answers
         self.lock = threading.Lock()
         # Its own session: a terminal's Ctrl-C, meant for the run, does not reach it. It ends when
         # its input does, having made every call the run sent, not with the run's process.
-        self.proc = spawn(
-            "ablate.tracking.agent:serve",
-            dies_with_parent=False,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            start_new_session=True,
-        )
+        self.channel = Channel.spawn("ablate.tracking.agent:serve", dies_with_parent=False, start_new_session=True)
+        self.proc = self.channel.proc
 
     def use(self, uri: str) -> None:
         """Have the agent import the code of the store `uri` now; its reply is read by the next call."""
-        self._send_ahead("use", uri)
+        self._send_ahead("use", uri=uri)
         self.uri = uri
 
     def open(self, experiment: str) -> None:
         """Have the agent open the store and the experiment now; its reply is read by the next call."""
-        self._send_ahead("open", experiment)
+        self._send_ahead("open", experiment=experiment)
         self.experiment = experiment
 
-    def _send_ahead(self, name: str, arg: str) -> None:
+    def _send_ahead(self, name: str, **args) -> None:
         with self.lock:
-            self._send(name, [arg])
-            self.owed += 1
+            self.owed.append(self.channel.send(name, **args))
 
     def call(self, name: str, *args):
+        """The store's method `name` (runstore.CALLS) called with `args`, made by the agent."""
+        keywords = _keywords(name, args)
         with self.lock:
             while self.owed:
-                self.owed -= 1
-                self._reply()  # an open that failed fails the first call after it
-            self._send(name, list(args))
-            return self._reply()
+                self._value(self.owed.pop(0))  # an open that failed fails the first call after it
+            return self._value(self.channel.send(name, **keywords))
 
     def store_for(self, uri: str, experiment: str) -> AgentStore | None:
         """The store calls for a run of `experiment` in `uri` through this agent (whose opening is
@@ -136,10 +132,7 @@ class Agent:
         Only its owner closes it; closing it twice does nothing."""
         if self.owner != os.getpid() or self.proc.stdout.closed:
             return
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
+        self.channel.close()
         if self.experiment is None:
             self.proc.kill()
         try:
@@ -149,21 +142,14 @@ class Agent:
             self.proc.wait()
         self.proc.stdout.close()
 
-    def _send(self, name: str, args: list) -> None:
+    def _value(self, call_id: int):
         try:
-            self.proc.stdin.write((json.dumps({"call": name, "args": args}) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError, OSError):
+            reply = self.channel.reply(call_id)
+        except (ChannelClosed, OSError):
             raise AgentGone(self._gone()) from None
-
-    def _reply(self):
-        line = self.proc.stdout.readline()
-        if not line:
-            raise AgentGone(self._gone())
-        reply = json.loads(line)
-        if "error" in reply:
-            raise StoreError(reply["error"])
-        return reply["ok"]
+        if reply.failed:
+            raise StoreError(reply.message["error"])
+        return reply.value()
 
     def _gone(self) -> str:
         code = self.proc.poll()
@@ -183,6 +169,17 @@ class AgentStore:
         if name not in CALLS:
             raise AttributeError(name)
         return lambda *args: self.agent.call(name, *args)
+
+
+@functools.cache
+def _signature(name: str) -> inspect.Signature:
+    return inspect.signature(getattr(RunStore, name))
+
+
+def _keywords(name: str, args: tuple) -> dict:
+    """A RunStore method's positional arguments by name, as its call on the channel carries them."""
+    _, *named = _signature(name).bind(None, *args).arguments.items()  # the first is the store itself
+    return dict(named)
 
 
 def start(uri: str) -> Agent | None:
@@ -213,38 +210,46 @@ def one_line(exc: BaseException) -> str:
 def serve() -> None:
     for signum in RUN_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
-    replies = os.fdopen(os.dup(1), "w", buffering=1)  # the pipe to the run
+    replies = os.fdopen(os.dup(1), "wb", buffering=0)  # the pipe to the run
     os.dup2(2, 1)  # anything MLflow prints goes to stderr, not into the replies
     sys.stdout = SteadyStream(os.fdopen(1, "w", buffering=1, closefd=False), 1)  # MLflow's "View run at": redacted
     import_available(CLIENT_MODULES)
-    uri: str | None = None
-    store: RunStore | None = None
-    for line in sys.stdin.buffer:
-        try:
-            request = json.loads(line)
-        except ValueError:  # the run died halfway through writing its request: nothing more comes
-            break
-        name, args = request["call"], request.get("args", [])
-        try:
-            if name == "use":
-                uri = args[0]
-                result = import_available(mlflow_modules(uri))
-            elif name == "open" and uri is not None:
-                store = RunStore(uri, args[0])
-                result = store.experiment_id
-            elif name in CALLS and store is not None:
-                result = getattr(store, name)(*args)
-            else:
-                raise StoreError(f"{name}: not a store call, or the store is not open")
-            reply = {"ok": result}
-        except Exception as exc:  # the run decides what a failure means (an outage: buffer, retry)
-            reply = {"error": one_line(exc)}
-        try:
-            replies.write(json.dumps(reply) + "\n")
-        except (BrokenPipeError, OSError):  # the run is gone (kill -9): nobody reads the reply
-            os._exit(0)
+    calls, served = Calls(), _Served()
+    while not calls.eof:
+        for call in calls.read_calls():
+            try:
+                replies.write(served.answer(call))
+            except (BrokenPipeError, OSError):  # the run is gone (kill -9): nobody reads the reply
+                os._exit(0)
     # Every call has been answered, so everything the run sent is in the store: exit now, without
     # the interpreter's clean-up of MLflow's modules (about 0.5 s the run would wait for).
-    with contextlib.suppress(OSError):  # a reader that went away while the last reply was buffered
+    with contextlib.suppress(OSError):
         replies.close()
     os._exit(0)
+
+
+class _Served:
+    """The agent's side: the store it opened, and the calls made on it."""
+
+    def __init__(self):
+        self.uri: str | None = None
+        self.store: RunStore | None = None
+
+    def answer(self, call: Call) -> bytes:
+        """The line answering `call`. The run decides what a failure means (an outage: buffer,
+        retry); it gets the failure's one line."""
+        try:
+            return ok(call.id, self._make(call))
+        except Exception as exc:
+            return error(call.id, one_line(exc))
+
+    def _make(self, call: Call):
+        if call.name == "use":
+            self.uri = call.args["uri"]
+            return import_available(mlflow_modules(self.uri))
+        if call.name == "open" and self.uri is not None:
+            self.store = RunStore(self.uri, call.args["experiment"])
+            return self.store.experiment_id
+        if call.name in CALLS and self.store is not None:
+            return getattr(self.store, call.name)(**call.args)
+        raise StoreError(f"{call.name}: not a store call, or the store is not open")

@@ -13,29 +13,30 @@ forked from the worker: the launching process never imports either (in an 8-job 
 from 14 to 6 s, on the cores the jobs need; docs/benchmarks.md).
 
 The worker is started with OPENBLAS_NUM_THREADS=1, so that numpy starts no thread pool in a process
-that will fork (worker.py says why), and OMP_NUM_THREADS=1, which each job raises to its share.
-Messages to it are written by a thread: a launch spec larger than the pipe's buffer would
-otherwise stall the launcher until the worker has finished importing.
+that will fork (worker.py says why), and OMP_NUM_THREADS=1, which each job raises to its share. It
+is called through its channel (ablate/child.py), whose calls are written by a thread: a launch spec
+larger than the pipe's buffer would otherwise stall the launcher until the worker has finished
+importing. A job is two calls sent together, `run` (answered with its pid) and `wait` (answered
+when it exits).
 """
 
 from __future__ import annotations
 
-import base64
-import json
+import logging
 import os
-import queue
 import select
 import signal
 import subprocess
-import threading
 import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ablate.child import spawn
+from ablate.child import Channel, Reply
 from ablate.config import ConfigError
-from ablate.sweep.launch.worker import Lines, can_fork
+from ablate.sweep.launch.worker import can_fork
+
+log = logging.getLogger(__name__)
 
 WORKER_LOG = "worker.log"
 
@@ -56,7 +57,6 @@ class Pool:
     spec: bytes | None = None
     running: dict = field(default_factory=dict)  # num -> _Worker
     ended: list = field(default_factory=list)  # jobs that ended while a call was awaited: wait() reports them
-    calls: int = 0
 
     def start(self) -> Pool:
         """Start the (forking) worker now, so that it imports while this process does other work."""
@@ -78,7 +78,7 @@ class Pool:
         """The launch spec for the jobs that follow (cloudpickled by the launcher, sent through the pipe)."""
         self.spec = payload
         for w in self.workers:
-            w.send({"cmd": "spec", "pickle": base64.b64encode(payload).decode()})
+            w.tell("spec", payload=payload)
 
     def submit(
         self, num: int, overrides: list, threads: int, log: Path, result: Path, job_cfg=None, env: dict | None = None
@@ -86,21 +86,8 @@ class Pool:
         """Run job `num` (`job_cfg`: its config as the sweep plan composed it; None: the job composes it;
         `env`: variables its process gets before it runs, its GPUs)."""
         worker = self._worker(num)
-        msg = {
-            "cmd": "run",
-            "num": num,
-            "overrides": overrides,
-            "threads": threads,
-            "log": str(log),
-            "result": str(result),
-            "env": env or {},
-        }
-        if job_cfg is not None:
-            import cloudpickle
-
-            msg["config"] = base64.b64encode(cloudpickle.dumps(job_cfg)).decode()
-        worker.send(msg)
-        worker.jobs.add(num)
+        job = {"overrides": overrides, "threads": threads, "log": str(log), "result": str(result), "env": env or {}}
+        worker.start_job(num, "run", {**job, "config": job_cfg})
         self.running[num] = worker
 
     def call(self, fn, *args, **kwargs):
@@ -110,35 +97,27 @@ class Pool:
         worker = self.workers[0] if self.fork and self.workers and self.workers[0].alive() else None
         if worker is None:
             return fn(*args, **kwargs)
-        import cloudpickle
-
-        self.calls += 1
-        call_id = self.calls
-        payload = base64.b64encode(cloudpickle.dumps((fn, args, kwargs))).decode()
-        worker.send({"cmd": "call", "id": call_id, "pickle": payload})
-        while call_id not in worker.returned:
-            if worker.lines.eof:
+        call_id = worker.channel.send("call", fn=fn, args=args, kwargs=kwargs)
+        while call_id not in worker.replies:
+            if worker.channel.closed:
                 return fn(*args, **kwargs)  # the worker died before answering: this process does it
-            select.select([worker.lines.fd], [], [])
+            select.select([worker.channel.fd], [], [])
             self.ended += worker.read()
-        event = worker.returned.pop(call_id)
-        if "pickle" not in event:
-            how = f"ended with code {event['code']}"
-            raise RuntimeError(f"{fn.__qualname__}: its process forked from the sweep's worker {how}")
-        answer = cloudpickle.loads(base64.b64decode(event["pickle"]))
-        if answer[0] == "ok":
-            return answer[1]
-        _, exc, trace = answer
-        if not isinstance(exc, ConfigError):  # a one-line error stays one line; anything else keeps its traceback
-            exc.add_note(f"in the process forked from the sweep's worker:\n{trace}")
-        raise exc
+        reply = worker.replies.pop(call_id)
+        try:
+            return reply.value()
+        except ConfigError:  # a one-line error stays one line
+            raise
+        except Exception as exc:  # anything else keeps its traceback
+            exc.add_note(f"in the process forked from the sweep's worker:\n{reply.trace or reply.message['error']}")
+            raise
 
     def wait(self, timeout: float) -> list[Exited]:
         """Jobs that ended within `timeout` seconds (possibly none)."""
         ended, self.ended = self.ended, []
         if not self.running:
             return ended
-        live = {w.lines.fd: w for w in set(self.running.values())}
+        live = {w.channel.fd: w for w in set(self.running.values())}
         ready, _, _ = select.select(list(live), [], [], 0.0 if ended else timeout)
         for fd in ready:
             ended += live[fd].read()
@@ -152,7 +131,7 @@ class Pool:
         for num in nums:
             worker = self.running.get(num)
             if worker is not None:
-                worker.send({"cmd": "signal", "num": num, "signal": int(signum)})
+                worker.tell("signal", num=num, signal=int(signum))
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Tell every worker to stop (its running jobs get SIGTERM), then make sure it has."""
@@ -168,84 +147,88 @@ class Pool:
         if self.work is not None:
             worker.log_to(self.work / (WORKER_LOG if self.fork else f"worker-{num}.log"))
         if self.spec is not None:
-            worker.send({"cmd": "spec", "pickle": base64.b64encode(self.spec).decode()})
+            worker.tell("spec", payload=self.spec)
         self.workers = [w for w in self.workers if w.alive() or w.jobs] + [worker]
         return worker
 
 
 class _Worker:
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
-        self.lines = Lines(proc.stdout.fileno())
+    """A worker process and its channel; the jobs it runs (two calls each: run, wait) and the answers
+    of the sweep's calls not yet taken."""
+
+    def __init__(self, channel: Channel, fork: bool):
+        self.channel, self.proc, self.fork = channel, channel.proc, fork
         self.jobs: set[int] = set()
-        self.ready: dict | None = None
         self.pids: dict[int, int] = {}
-        self.returned: dict[int, dict] = {}  # call id -> its "returned" event
-        self.outbox: queue.Queue = queue.Queue()
-        self.writer = threading.Thread(target=self._write, name="ablate-worker-pipe", daemon=True)
-        self.writer.start()
+        self.purpose: dict[int, tuple[str, int]] = {}  # call id -> (its name, its job's num or 0)
+        self.replies: dict[int, Reply] = {}  # the sweep's calls answered (call id -> answer)
+        self.report: dict | None = None  # the answer to `ready`
+        self.purpose[channel.send("ready")] = ("ready", 0)
 
     @classmethod
-    def start(cls, mlflow_uri: str | None, fork: bool) -> _Worker:
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    def start(cls, mlflow_uri: str | None, fork: bool, modules: list[str] | None = None, env: dict | None = None):
+        env = {**(env or os.environ), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         # Its own session: a terminal's Ctrl-C reaches the launcher only, which stops the jobs itself.
-        proc = spawn(
+        channel = Channel.spawn(
             "ablate.sweep.launch.worker:serve",
-            {"mlflow_uri": mlflow_uri, "fork": fork},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            {"mlflow_uri": mlflow_uri, "fork": fork, "modules": modules or []},
             env=env,
             start_new_session=True,
         )
-        return cls(proc)
+        return cls(channel, fork)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def log_to(self, path: Path) -> None:
-        self.send({"cmd": "log", "path": str(path)})
+        self.tell("log", path=str(path))
 
-    def send(self, msg: dict) -> None:
-        self.outbox.put((json.dumps(msg) + "\n").encode())
+    def tell(self, name: str, **args) -> None:
+        """A call whose answer says nothing unless it failed (log, spec, signal)."""
+        self.purpose[self.channel.send(name, **args)] = (name, args.get("num", 0))
 
-    def _write(self) -> None:
-        while True:
-            data = self.outbox.get()
-            if data is None:
-                break
-            try:
-                self.proc.stdin.write(data)
-                self.proc.stdin.flush()
-            except (BrokenPipeError, ValueError, OSError):  # the worker is gone; wait() reports its jobs
-                break
-        try:
-            self.proc.stdin.close()  # end of input: the worker sends SIGTERM to its jobs and exits
-        except (BrokenPipeError, OSError):
-            pass
+    def start_job(self, num: int, how: str, args: dict) -> None:
+        """Job `num` (`how`: "run" a sweep job, "run_argv" a command), and the wait for its end."""
+        self.purpose[self.channel.send(how, num=num, **args)] = (how, num)
+        self.purpose[self.channel.send("wait", num=num)] = ("wait", num)
+        self.jobs.add(num)
+
+    def ready(self) -> dict | None:
+        """The worker's report once it has imported everything (waited for); None if it died first."""
+        while self.report is None and not self.channel.closed:
+            self.read()
+        return self.report
 
     def read(self) -> list[Exited]:
+        """The answers that have come: the jobs that ended; the sweep's calls' answers are kept."""
         ended = []
-        for event in self.lines.read():
-            kind = event.get("event")
-            if kind == "ready":
-                self.ready = event
-            elif kind == "started":
-                self.pids[event["num"]] = event["pid"]
-            elif kind == "exited":
-                self.jobs.discard(event["num"])
-                ended.append(Exited(event["num"], event["code"], event["pid"]))
-            elif kind == "returned":
-                self.returned[event["id"]] = event
-        if self.lines.eof:  # the worker has ended: a one-job worker's exit status is its job's
+        for reply in self.channel.read():
+            what, num = self.purpose.pop(reply.id, (None, 0))
+            if what is None:
+                self.replies[reply.id] = reply
+            elif reply.failed:
+                if what != "wait":  # (a wait fails only for a job that did not start, said already)
+                    log.warning(f"the sweep's worker could not {what} (job {num}): {reply.message['error']}")
+                if what in ("run", "run_argv") and num in self.jobs:  # a job that could not start
+                    self.jobs.discard(num)
+                    ended.append(Exited(num, None))
+            elif what == "ready":
+                self.report = reply.value()
+            elif what in ("run", "run_argv"):
+                self.pids[num] = reply.value()["pid"]
+            elif what == "wait" and num in self.jobs:
+                answer = reply.value()
+                self.jobs.discard(num)
+                ended.append(Exited(num, answer["code"], answer["pid"]))
+        if self.channel.closed:  # the worker has ended: a one-job worker's exit status is its job's
             code = self.proc.wait()
-            one_job = self.ready is not None and not self.ready["fork"]
             for num in sorted(self.jobs):
-                ended.append(Exited(num, code if one_job else None, self.proc.pid))
+                ended.append(Exited(num, code if not self.fork else None, self.proc.pid))
             self.jobs.clear()
         return ended
 
     def close(self, timeout_s: float) -> None:
-        self.outbox.put(None)
+        self.channel.close()
         try:
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -253,7 +236,7 @@ class _Worker:
             self.proc.wait()
             for pid in self.pids.values():
                 _kill(pid)
-        self.writer.join(timeout=1.0)
+        self.channel.writer.join(timeout=1.0)
         if self.proc.stdout:
             self.proc.stdout.close()
 

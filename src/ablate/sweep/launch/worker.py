@@ -20,31 +20,33 @@ touches CUDA (jobs and calls run in forked children), and `fork_safe` checks bef
 Where fork is not available or not safe after these imports (macOS, Windows), the worker runs the
 one job it is given in its own process and exits (pool.py starts one per job).
 
-Protocol: JSON lines on stdin (launcher -> worker) and on the inherited pipe that was stdout
-(worker -> launcher); the worker's own stdout and stderr go to its log file.
-    {"cmd": "log", "path"}               where the worker's own output goes from now on (until
-                                         then: the launcher's stderr; a worker started early, while
-                                         the sweep is still being checked, creates no file)
-    {"cmd": "spec", "pickle": BASE64}    the launch spec (Hydra context, task function, config),
-                                         cloudpickled by the launcher and sent through the pipe,
-                                         never through a file another process could replace
-    {"cmd": "run", "num", "overrides", "threads", "log", "result", "env", ["config": BASE64]}
-                                         config: the job's config as the sweep plan composed it
-                                         (cloudpickled); without it the job composes its own;
-                                         env: variables set in the job's process before it runs
-                                         (CUDA_VISIBLE_DEVICES: its GPUs, sweep/launch/gpus.py)
-    {"cmd": "signal", "num", "signal"}   a job's process is signalled (SIGTERM, SIGKILL)
-    {"cmd": "call", "id", "pickle": BASE64}
-                                         a function of the sweep (its plan, its MLflow parent run,
-                                         its summary), cloudpickled as (fn, args, kwargs): it runs in
-                                         a process forked for it, so the launcher never imports torch
-                                         or MLflow itself; its output goes to the launcher's stderr
-    {"cmd": "exit"} or end of input      the jobs still running are sent SIGTERM; the worker exits
-    {"event": "ready", "pid", "threads": [names], "fork": bool, "cuda_initialized": false}
-    {"event": "started", "num", "pid"}
-    {"event": "exited", "num", "pid", "code"}   code < 0: killed by signal -code
-    {"event": "returned", "id", "pickle": BASE64}   a call's ("ok", value) or ("error", exception,
-                                         traceback), cloudpickled; "pickle" absent: its process died
+Its calls (the child's channel, ablate/child.py: JSON lines, a pickle only for what is not JSON),
+answered in the order they finish; its own stdout and stderr go to its log file:
+    ready()                          -> {"pid", "threads": [names], "fork", "preloaded", "boot_s",
+                                        "cuda_initialized": false}, once it has imported everything
+    log(path)                        where the worker's own output goes from now on (until then: the
+                                     launcher's stderr; a worker started early, while the sweep is
+                                     still being checked, creates no file)
+    spec(payload)                    the launch spec (Hydra context, task function, config),
+                                     cloudpickled by the launcher: bytes, sent through the pipe,
+                                     never through a file another process could replace
+    run(num, overrides, threads, log, result, env, config=None)
+                                     -> {"pid"} once job `num` is forked; config: the job's config as
+                                     the sweep plan composed it (None: the job composes its own);
+                                     env: variables set in the job's process before it runs
+                                     (CUDA_VISIBLE_DEVICES: its GPUs, sweep/launch/gpus.py)
+    run_argv(num, argv, cwd, env, stdout, stderr)
+                                     -> {"pid"} once `python -m ablate ARGV` is forked as job `num`
+                                     (command.py): the command's own process, started warm
+    wait(num)                        -> {"pid", "code"} when job `num` has exited (code < 0: killed
+                                     by signal -code)
+    signal(num, signal)              a job's process is signalled (SIGTERM, SIGKILL)
+    call(fn, args, kwargs)           -> fn(*args, **kwargs): a function of the sweep (its plan, its
+                                     MLflow parent run, its summary) run in a process forked for it,
+                                     so the launcher never imports torch or MLflow itself; its
+                                     output goes to the launcher's stderr; its exception comes back
+                                     as itself with its traceback
+    end of input                     the jobs still running are sent SIGTERM; the worker exits
 
 A job leaves JOB_DIR/usage.json (CPU seconds, wall seconds, memory, the modules it had to import)
 and its JobReturn as JSON (`result`): the launcher never unpickles anything a job wrote. A call's
@@ -53,9 +55,7 @@ answer comes back through a pipe, never through a file.
 
 from __future__ import annotations
 
-import base64
 import gc
-import json
 import os
 import resource
 import selectors
@@ -65,9 +65,11 @@ import time
 import traceback
 from pathlib import Path
 
+from ablate.child import Call, Calls, error, ok
 from ablate.files import write_json
 from ablate.host import die_with_parent, flush_std_streams, import_available, interrupt_on
 from ablate.sweep.context import USAGE_FILE
+from ablate.sweep.launch.command import run_command
 from ablate.sweep.launch.job import run_here
 from ablate.sweep.launch.returns import to_json
 from ablate.tracking import mlflow_modules
@@ -110,9 +112,8 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "pidfd_open") and os.environ.get(NO_FORK_ENV) != "0"
 
 
-def preload(mlflow_uri: str | None) -> list[str]:
-
-    loaded = import_available([*PRELOAD, *(mlflow_modules(mlflow_uri) if mlflow_uri else [])])
+def preload(mlflow_uri: str | None, modules: list[str]) -> list[str]:
+    loaded = import_available([*PRELOAD, *(mlflow_modules(mlflow_uri) if mlflow_uri else []), *modules])
     # Hydra finds its plugins by importing every module under hydra_plugins, and parses overrides
     # with a generated ANTLR parser: both happen in every job unless done here (pure Python, no threads).
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -165,124 +166,187 @@ def thread_names(pid: int | str = "self") -> list[str]:
 # -- the worker's loop ------------------------------------------------------------------------------
 
 
-class Lines:
-    """JSON lines read from a file descriptor with os.read, so that select() sees every message
-    that has not been handled (a buffered reader would hide the ones it has read ahead)."""
-
-    def __init__(self, fd: int):
-        self.fd, self.buffer, self.eof = fd, bytearray(), False
-
-    def read(self) -> list[dict]:
-        chunk = os.read(self.fd, 1 << 20)
-        if not chunk:
-            self.eof = True
-        self.buffer += chunk
-        *lines, rest = self.buffer.split(b"\n")
-        self.buffer = bytearray(rest)
-        return [json.loads(line) for line in lines if line.strip()]
-
-
-def serve(mlflow_uri: str | None, fork: bool) -> None:
-    """The worker's life: preload, report ready, then serve the launcher's messages until its input ends.
+def serve(mlflow_uri: str | None, fork: bool, modules: list[str] | None = None) -> None:
+    """The worker's life: preload, then answer the launcher's calls until its input ends.
     `mlflow_uri`: the store whose client to preload (None: the sweep does not track); `fork`: a
-    process per job (False: run the one job it is given in this process, then exit)."""
+    process per job (False: run the one job it is given in this process, then exit); `modules`:
+    more to import before the first fork (the command line, for a worker that runs commands)."""
     launcher_pid = os.getppid()  # ablate.child has checked that the launcher is alive
     # The launcher decides when jobs stop (it turns its Ctrl-C into SIGTERM for each job); a
     # terminal's Ctrl-C must not end the worker under them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    events = os.fdopen(os.dup(1), "w", buffering=1)  # the pipe to the launcher
-    os.dup2(2, 1)  # anything printed here goes to the worker's log, not into the protocol
+    replies = os.fdopen(os.dup(1), "wb", buffering=0)  # the pipe to the launcher
+    os.dup2(2, 1)  # anything printed here goes to the worker's log, not into the channel
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     launcher_stderr = os.dup(2)  # a call's output goes there, after the worker's own has moved to its log
     started = time.perf_counter()
-    loaded = preload(mlflow_uri)
+    loaded = preload(mlflow_uri, modules or [])
     # What was preloaded lives as long as the worker: out of the cyclic collector's sight, a forked
     # job's collections do not walk (and so copy) those pages, and the worker's exit does not
     # collect them (about 1.5 s of teardown once torch and MLflow are loaded).
     gc.freeze()
+    ready = {
+        "pid": os.getpid(),
+        "threads": thread_names(),
+        "fork": fork,
+        "preloaded": loaded,
+        "boot_s": time.perf_counter() - started,
+        "cuda_initialized": cuda_initialized(),
+    }
+    _Server(fork, replies, launcher_stderr, launcher_pid, ready).loop()
 
-    def emit(event: dict) -> None:
-        events.write(json.dumps(event) + "\n")
 
-    emit(
-        {
-            "event": "ready",
-            "pid": os.getpid(),
-            "threads": thread_names(),
-            "fork": fork,
-            "preloaded": loaded,
-            "boot_s": time.perf_counter() - started,
-            "cuda_initialized": cuda_initialized(),
-        }
-    )
-    commands = Lines(sys.stdin.fileno())
-    selector = selectors.DefaultSelector()
-    selector.register(commands.fd, selectors.EVENT_READ, "commands")
-    jobs: dict[int, tuple[int, int]] = {}  # num -> (pid, pidfd)
-    calls: dict[int, _Call] = {}  # answer pipe's fd -> the call
-    spec = None
-    closing = False
-    while not closing or jobs or calls:
-        for key, _ in selector.select():
-            if isinstance(key.data, _Call):
-                answer = key.data.read()
-                if answer is not None:
-                    selector.unregister(key.fd)
-                    del calls[key.fd]
-                    emit(answer)
-            elif key.data == "commands":
-                messages = commands.read()
-                if commands.eof:
-                    messages.append({"cmd": "exit"})
-                    selector.unregister(commands.fd)
-                for msg in messages:
-                    cmd = msg.get("cmd")
-                    if cmd == "log":
-                        _redirect_errors(msg["path"])
-                    elif cmd == "spec":
-                        spec = _unpickle(base64.b64decode(msg["pickle"]))
-                    elif cmd == "run" and not closing:
-                        if not fork:
-                            emit({"event": "started", "num": msg["num"], "pid": os.getpid()})
-                            events.close()
-                            _job(spec, msg, started, launcher_pid)  # never returns
-                        inherited = [pidfd for _, pidfd in jobs.values()] + list(calls) + [launcher_stderr]
-                        pid = _fork_job(spec, msg, [events, selector], inherited)
-                        pidfd = os.pidfd_open(pid)
-                        selector.register(pidfd, selectors.EVENT_READ, msg["num"])
-                        jobs[msg["num"]] = (pid, pidfd)
-                        emit({"event": "started", "num": msg["num"], "pid": pid})
-                    elif cmd == "call" and not closing:
-                        inherited = [pidfd for _, pidfd in jobs.values()] + list(calls)
-                        call = _Call.fork(msg, launcher_stderr, [events, selector], inherited)
-                        selector.register(call.fd, selectors.EVENT_READ, call)
-                        calls[call.fd] = call
-                    elif cmd == "signal" and msg.get("num") in jobs:
-                        _signal(jobs[msg["num"]][0], int(msg["signal"]))
-                    elif cmd == "exit" and not closing:
-                        closing = True
-                        # the launcher is done or gone: no job or call outlives it
-                        for pid in [pid for pid, _ in jobs.values()] + [c.pid for c in calls.values()]:
-                            _signal(pid, signal.SIGTERM)
-            else:
-                num = key.data
-                pid, pidfd = jobs.pop(num)
-                selector.unregister(pidfd)
-                os.close(pidfd)
-                _, status = os.waitpid(pid, 0)
-                emit({"event": "exited", "num": num, "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+class _Server:
+    """The worker's state between calls: its jobs and the calls it has forked, and what it was told."""
+
+    def __init__(self, fork: bool, replies, launcher_stderr: int, launcher_pid: int, ready: dict):
+        self.fork, self.replies, self.launcher_stderr, self.launcher_pid = fork, replies, launcher_stderr, launcher_pid
+        self.ready = ready
+        self.calls = Calls()
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.calls.fd, selectors.EVENT_READ, "calls")
+        self.jobs: dict[int, tuple[int, int]] = {}  # num -> (pid, pidfd)
+        self.exits: dict[int, dict] = {}  # num -> {"pid", "code"}: a job that ended before its wait came
+        self.waits: dict[int, int] = {}  # num -> the id of the wait call to answer when it ends
+        self.forked_calls: dict[int, _Call] = {}  # answer pipe's fd -> the call
+        self.spec = None
+        self.closing = False
+
+    def loop(self) -> None:
+        while not self.closing or self.jobs or self.forked_calls:
+            for key, _ in self.selector.select():
+                if isinstance(key.data, _Call):
+                    self._answered(key.data)
+                elif key.data == "calls":
+                    self._read_calls()
+                else:
+                    self._exited(key.data)
+
+    def send(self, line: bytes) -> None:
+        self.replies.write(line)
+
+    def _read_calls(self) -> None:
+        for call in self.calls.read_calls():
+            if not self.closing:
+                self._handle(call)
+        if self.calls.eof and not self.closing:
+            self.selector.unregister(self.calls.fd)
+            self.closing = True
+            # the launcher is done or gone: no job or call outlives it
+            for pid in [pid for pid, _ in self.jobs.values()] + [c.pid for c in self.forked_calls.values()]:
+                _signal(pid, signal.SIGTERM)
+
+    def _handle(self, call: Call) -> None:
+        handler = getattr(self, f"_on_{call.name}", None)
+        if handler is None:
+            self.send(error(call.id, f"ValueError: no call {call.name!r}"))
+            return
+        try:
+            value = handler(call, **call.args)
+        except Exception as exc:  # a call it cannot make (a bad spec, a fork that failed): its answer says so
+            self.send(error(call.id, exc, traceback.format_exc()))
+            return
+        if value is not _LATER:
+            self.send(ok(call.id, value))
+
+    def _on_ready(self, call: Call) -> dict:
+        return self.ready
+
+    def _on_log(self, call: Call, path: str) -> None:
+        _redirect_errors(path)
+
+    def _on_spec(self, call: Call, payload: bytes) -> None:
+        self.spec = _unpickle(payload)
+
+    def _on_run(self, call: Call, num: int, **job) -> dict:
+        if not self.fork:
+            self.send(ok(call.id, {"pid": os.getpid()}))
+            self.replies.close()
+            _job(self.spec, {"num": num, **job}, time.perf_counter(), self.launcher_pid)  # never returns
+        pid = self._fork(lambda: _job(self.spec, {"num": num, **job}, time.perf_counter(), os.getppid()))
+        return self._started(num, pid)
+
+    def _on_run_argv(self, call: Call, num: int, **command) -> dict:
+        if not self.fork:
+            raise RuntimeError("this worker does not fork (ABLATE_WORKER_FORK=0, or no fork here)")
+        return self._started(num, self._fork(lambda: run_command(**command)))
+
+    def _on_wait(self, call: Call, num: int):
+        if num in self.exits:
+            return self.exits.pop(num)
+        if num not in self.jobs:
+            raise KeyError(f"no job {num}")
+        self.waits[num] = call.id
+        return _LATER
+
+    def _on_signal(self, call: Call, num: int, signal: int) -> None:
+        if num in self.jobs:
+            _signal(self.jobs[num][0], int(signal))
+
+    def _on_call(self, call: Call, fn, args: list, kwargs: dict):
+        inherited = [fd for fd in self._inherited() if fd != self.launcher_stderr]  # the call prints there
+        forked = _Call.fork(call.id, (fn, args, kwargs), self.launcher_stderr, inherited)
+        self.selector.register(forked.fd, selectors.EVENT_READ, forked)
+        self.forked_calls[forked.fd] = forked
+        return _LATER
+
+    def _inherited(self) -> list[int]:
+        """The descriptors a forked child must close: its pipes, the jobs' pidfds, the calls' pipes."""
+        return (
+            [self.replies.fileno(), self.calls.fd, self.selector.fileno(), self.launcher_stderr]
+            + [pidfd for _, pidfd in self.jobs.values()]
+            + list(self.forked_calls)
+        )
+
+    def _fork(self, child) -> int:
+        fork_safe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        inherited = self._inherited()
+        pid = os.fork()
+        if pid:
+            return pid
+        _close(inherited)
+        child()  # never returns
+
+    def _started(self, num: int, pid: int) -> dict:
+        pidfd = os.pidfd_open(pid)
+        self.selector.register(pidfd, selectors.EVENT_READ, num)
+        self.jobs[num] = (pid, pidfd)
+        return {"pid": pid}
+
+    def _exited(self, num: int) -> None:
+        pid, pidfd = self.jobs.pop(num)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        ended = {"pid": pid, "code": os.waitstatus_to_exitcode(status)}
+        if num in self.waits:
+            self.send(ok(self.waits.pop(num), ended))
+        else:
+            self.exits[num] = ended
+
+    def _answered(self, forked: _Call) -> None:
+        line = forked.read()
+        if line is not None:
+            self.selector.unregister(forked.fd)
+            del self.forked_calls[forked.fd]
+            self.send(line)
+
+
+_LATER = object()  # a call answered when its job or process ends, not on return
 
 
 class _Call:
     """A call of the launcher's (a function and its arguments), run in a child forked for it, which
-    writes its answer into a pipe that the worker reads as it comes (an answer larger than the
-    pipe's buffer would otherwise block the child)."""
+    writes its answer's line into a pipe that the worker reads as it comes (an answer larger than
+    the pipe's buffer would otherwise block the child)."""
 
-    def __init__(self, call_id: int, pid: int, fd: int):
-        self.id, self.pid, self.fd, self.answer = call_id, pid, fd, bytearray()
+    def __init__(self, call_id: int, pid: int, fd: int, name: str):
+        self.id, self.pid, self.fd, self.name, self.answer = call_id, pid, fd, name, bytearray()
 
     @classmethod
-    def fork(cls, msg: dict, stderr_fd: int, streams: list, fds: list[int]) -> _Call:
+    def fork(cls, call_id: int, function: tuple, stderr_fd: int, inherited: list[int]) -> _Call:
         fork_safe()
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()
@@ -291,45 +355,40 @@ class _Call:
         pid = os.fork()
         if pid:
             os.close(write_fd)
-            return cls(msg["id"], pid, read_fd)
+            return cls(call_id, pid, read_fd, getattr(function[0], "__qualname__", repr(function[0])))
         os.close(read_fd)
-        _close_inherited(streams, fds)
-        _answer(msg, write_fd, stderr_fd, worker_pid)
+        _close(inherited)
+        _answer(call_id, function, write_fd, stderr_fd, worker_pid)
 
-    def read(self) -> dict | None:
-        """The `returned` event once the answer is complete (the child has closed its pipe), else None."""
+    def read(self) -> bytes | None:
+        """The answer's line once the child has closed its pipe, else None."""
         chunk = os.read(self.fd, 1 << 20)
         if chunk:
             self.answer += chunk
             return None
         os.close(self.fd)
         _, status = os.waitpid(self.pid, 0)
-        event = {"event": "returned", "id": self.id, "code": os.waitstatus_to_exitcode(status)}
-        if self.answer and event["code"] == 0:
-            event["pickle"] = base64.b64encode(bytes(self.answer)).decode()
-        return event
+        code = os.waitstatus_to_exitcode(status)
+        if self.answer.endswith(b"\n") and code == 0:
+            return bytes(self.answer)
+        how = f"its process forked from the sweep's worker ended with code {code}"
+        return error(self.id, f"RuntimeError: {self.name}: {how}")
 
 
-def _answer(msg: dict, write_fd: int, stderr_fd: int, worker_pid: int) -> None:
-    """In a call's child: run it, write its answer, exit (never returns)."""
-    import cloudpickle
-
+def _answer(call_id: int, function: tuple, write_fd: int, stderr_fd: int, worker_pid: int) -> None:
+    """In a call's child: run it, write its answer's line, exit (never returns)."""
     code = 1
     try:
         os.dup2(stderr_fd, 1)  # what the call prints is the launcher's to show
         os.dup2(stderr_fd, 2)
         die_with_parent(worker_pid)
+        fn, args, kwargs = function
         try:
-            fn, args, kwargs = _unpickle(base64.b64decode(msg["pickle"]))
-            answer = ("ok", fn(*args, **kwargs))
+            line = ok(call_id, fn(*args, **kwargs))
         except Exception as exc:
-            answer = ("error", exc, traceback.format_exc())
-        try:
-            payload = cloudpickle.dumps(answer)
-        except Exception as exc:  # an exception (or value) that does not pickle: its text does
-            payload = cloudpickle.dumps(("error", RuntimeError(f"{answer[1]!r} ({exc})"), answer[-1]))
+            line = error(call_id, exc, traceback.format_exc())
         with os.fdopen(write_fd, "wb") as pipe:
-            pipe.write(payload)
+            pipe.write(line)
         code = 0
     except BaseException:
         traceback.print_exc()
@@ -351,23 +410,9 @@ def _unpickle(payload: bytes):
     return cloudpickle.loads(payload)
 
 
-def _fork_job(spec: dict, msg: dict, streams: list, fds: list[int]) -> int:
-    fork_safe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    worker_pid = os.getpid()
-    pid = os.fork()
-    if pid:
-        return pid
-    _close_inherited(streams, fds)
-    _job(spec, msg, time.perf_counter(), worker_pid)
-
-
-def _close_inherited(streams: list, fds: list[int]) -> None:
+def _close(fds: list[int]) -> None:
     """In a child: none of the worker's descriptors (its pipes, the other jobs' pidfds, the calls'
     pipes, the launcher's stderr) stay open in it."""
-    for stream in streams:
-        stream.close()
     for fd in fds:
         os.close(fd)
 
@@ -452,15 +497,14 @@ def write_usage(job_dir: Path, wall_s: float, imported: list[str]) -> None:
     )
 
 
-def run_one(spec: dict, num: int, overrides: list, job_cfg: str | None = None):
-    """Run job `num`; `job_cfg`: its composed config, cloudpickled and base64-encoded (None: compose it here)."""
+def run_one(spec: dict, num: int, overrides: list, job_cfg=None):
+    """Run job `num`; `job_cfg`: its composed config (None: compose it here)."""
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
 
     Singleton.set_state(spec["singletons"])
     setup_globals()
-    cfg = _unpickle(base64.b64decode(job_cfg)) if job_cfg else None
-    return run_here(spec["hydra_context"], spec["task_function"], spec["config"], num, overrides, cfg)
+    return run_here(spec["hydra_context"], spec["task_function"], spec["config"], num, overrides, job_cfg)
 
 
 def write_return(path: Path, ret) -> None:
