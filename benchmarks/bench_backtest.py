@@ -8,13 +8,15 @@ distance tested, and within 1.5 decades a median half-width at most 4 times the 
 Coverage is a count and does not depend on the machine; the CPU time is reported beside it.
 Writes benchmarks/results/backtest.json and prints the tables of docs/fitting.md.
 
-`python benchmarks/bench_backtest.py ladders` is the study of issue 40 instead: the same backtest on
-every public ladder in tests/fixtures (Epoch's Chinchilla points, the Marin and fineweb_c4 iso-FLOP
-ladders, tests/fixtures/ladders/README.md) and on this project's recorded ladders, once with the
-interval as it was (interval=hull: the law's value) and once as it is (interval=adaptive: the value
-moved as far as the cuts show the drift carries on); per ladder and distance band, the median signed
-and absolute error, the coverage, the half-width over the error and the trusted predictions inside.
-Writes benchmarks/results/ladders.json and prints the table of docs/fitting.md.
+`python benchmarks/bench_backtest.py ladders [NAME ...] [methods=adaptive]` is the study of issue 40
+instead: the same backtest on every public ladder in tests/fixtures (Epoch's Chinchilla points, the
+Marin and fineweb_c4 iso-FLOP ladders, tests/fixtures/ladders/README.md) and on this project's recorded
+ladders, with the interval methods named (default both: interval=hull, the law's value, and
+interval=adaptive, the value moved by the cuts' drift read against the public ladders'); per ladder and
+distance band, the median signed and absolute error, the coverage, the half-width over the error and
+the trusted predictions inside. ladders.json keeps the ladders and methods not rerun (among them the
+default as it was before the drift was read against other ladders', BEFORE), and the table of
+docs/fitting.md is printed from all of it.
 """
 
 from __future__ import annotations
@@ -129,15 +131,37 @@ def band_figures(bt, lo: float, hi: float) -> dict | None:
     }
 
 
+def row(name: str, runs: int, method: str, figures: dict) -> str:
+    """One line of the table: per band, median error (median absolute), coverage, half-width / error, n."""
+    cells = [
+        "-"
+        if f is None
+        else f"{100 * f['median_error']:+.1f}% ({100 * f['median_abs_error']:.1f}%), "
+        f"{100 * f['coverage']:.0f}% in, {f['half_width_over_error']:.1f}x, n={f['n']}"
+        for f in figures.values()
+    ]
+    return f"| {name} | {runs} | {method} | " + " | ".join(cells) + " |"
+
+
+def ladder_table(results: dict, runs: dict[str, int]) -> str:
+    """docs/fitting.md's table from ladders.json's results: every ladder, hull, before and the default."""
+    head = "| ladder | runs | interval | " + " | ".join(f"{a:g} to {b:g} decades" for a, b in LADDER_BANDS) + " |"
+    lines = [head, "|" + "---|" * (3 + len(LADDER_BANDS))]
+    for name, by_method in results.items():
+        for method, label in (("hull", "hull"), (BEFORE, "adaptive, before"), ("adaptive", "adaptive, now")):
+            if method in by_method:
+                lines.append(row(name, runs.get(name, 0), label, by_method[method]["by_distance"]))
+    return "\n".join(lines)
+
+
 def ladder_study(names: list[str], methods: tuple[str, ...] = METHODS) -> None:
     """The study on the ladders named (all of them without a name), with the interval methods given;
     ladders.json keeps what it held for the methods and ladders not rerun."""
     out = ROOT / "benchmarks" / "results" / "ladders.json"
     kept = json.loads(out.read_text())["results"] if out.exists() else {}
-    results, lines = {}, []
-    head = "| ladder | runs | interval | " + " | ".join(f"{a:g} to {b:g} decades" for a, b in LADDER_BANDS) + " |"
-    lines += [head, "|" + "---|" * (3 + len(LADDER_BANDS))]
+    results, runs = {}, {}
     for name, points in ladders().items():
+        runs[name] = len(points)
         if names and name not in names:
             continue
         results[name] = dict(kept.get(name, {}))
@@ -146,27 +170,20 @@ def ladder_study(names: list[str], methods: tuple[str, ...] = METHODS) -> None:
             bt = backtest(points, FitOptions(n_boot=N_BOOT, interval=method))
             figures = {f"{a:g}-{b:g}": band_figures(bt, a, b) for a, b in LADDER_BANDS}
             results[name][method] = {"cpu_s": round(time.process_time() - cpu, 1), "by_distance": figures}
-            cells = [
-                "-"
-                if f is None
-                else f"{100 * f['median_error']:+.1f}% ({100 * f['median_abs_error']:.1f}%), "
-                f"{100 * f['coverage']:.0f}% in, {f['half_width_over_error']:.1f}x, n={f['n']}"
-                for f in figures.values()
-            ]
-            lines.append(f"| {name} | {len(points)} | {method} | " + " | ".join(cells) + " |")
-            print(lines[-1], flush=True)
+            print(row(name, len(points), method, figures), flush=True)
+    merged = {**kept, **results}
     out.write_text(
         json.dumps(
             {
                 "what": f"backtest per ladder: interval=hull (the law's value), {BEFORE!r} and adaptive (the default)",
                 "n_boot": N_BOOT,
-                "results": {**kept, **results},
+                "results": merged,
             },
             indent=2,
         )
         + "\n"
     )
-    print("\n".join(lines))
+    print(ladder_table(merged, runs))
 
 
 if __name__ == "__main__":
