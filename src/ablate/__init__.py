@@ -14,6 +14,8 @@ imports its API at once: the schemas and their parse functions, none of which lo
                                                        cores and processes, config hash and code version
     redact.py streams.py   passwords in URIs hidden wherever text is recorded or printed; standard
                            streams that a closed descriptor or a departed reader cannot break
+    hydra_app.py       App: the one door to Hydra (compose, run, multirun); only it imports Hydra's internals
+    oneline.py         fail, one_line: a ConfigError said in one line and exit 2; explain: Hydra's errors alike
     model/     the GPT and what is applied to it: accounting, precision policies, the optimizer
     data/      token sources: the synthetic language, text, token files
     perf/      hardware, memory, decode bound, roofline, profiling

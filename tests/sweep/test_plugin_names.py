@@ -53,8 +53,9 @@ def test_a_plain_hydra_app_beside_ablate_keeps_hydras_sweeper_and_launcher(tmp_p
 
 
 def test_ablate_picks_its_own_names_and_leaves_hydras_and_upstreams_alone():
-    from ablate.cli.common import _compose, hydra_node
+    from ablate.cli.common import _compose
     from ablate.config import group_options
+    from ablate.hydra_app import hydra_node
 
     choices = hydra_node(_compose("config", ["+sweep=precision"]), "runtime.choices")
     assert (choices["hydra/sweeper"], choices["hydra/launcher"]) == ("ablate_grid", "parallel")

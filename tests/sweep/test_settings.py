@@ -28,13 +28,18 @@ def test_process_launcher_settings(tree, words):
 
 
 def test_a_launcher_built_with_bad_settings_stops_in_one_line(capsys):
+    """The plugin raises ConfigError as it is built; Hydra's instantiate wraps it, and the app that
+    asked Hydra to build it (ablate.hydra_app) says it in one line."""
+    from ablate.hydra_app import plugin_errors
+    from ablate.oneline import one_line
+
     assert parse_process_settings({"workers": 2}).workers == 2
     assert instantiate(OmegaConf.create({"_target_": PROCESS, "workers": 2})).settings.workers == 2
     for target, tree, words in (
         (PROCESS, {"workers": 0}, "workers=0"),
         (SUBMITIT, {"timeout_min": 0}, "timeout_min=0"),
     ):
-        with pytest.raises(SystemExit) as stopped:
+        with pytest.raises(SystemExit) as stopped, one_line(), plugin_errors():
             instantiate(OmegaConf.create({"_target_": target, **tree}))
         assert stopped.value.code == 2
         err = capsys.readouterr().err

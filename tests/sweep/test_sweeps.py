@@ -213,7 +213,8 @@ def test_the_grid_sweeper_plans_each_job_once_and_opens_the_sweep_with_its_plan(
         (1, "run", "train.seed=2"),
     ]
     assert sweep.composed(1).train.seed == 2 and sweep.composed(7) is None and len(seen) == 2
-    with pytest.raises(SystemExit):  # a job that does not compose: one line, exit 2
+    # a job that does not compose: one line naming the job, which the app says (exit 2)
+    with pytest.raises(ConfigError, match=r"^sweep job #2 \(.* train\.nope=1\): unknown key train\.nope \(valid: "):
         sweeper.validate_batch_is_legal([[*jobs[0], "train.nope=1"]])
 
 

@@ -1,8 +1,10 @@
 """The command line: `ablate COMMAND` (main.py), one module per command, each a thin layer over the
-library that turns a ConfigError into one line and exit 2 (common.fail).
+library whose ConfigError becomes one line and exit 2 (ablate/oneline.py). The Hydra commands come in
+through ablate/hydra_app.py, the one door to Hydra.
 
     main.py    the front door: dispatch to a command; `ablate --help` lists them
-    common.py  fail, hydra_main: the config composed once and run in Hydra's own order
+    common.py  hydra_main: a Hydra command through hydra_app.App; output claims; a sweep's checks
+    help.py    `ablate COMMAND --help` for the Hydra commands: groups, keys, defaults, an example
     train.py   `ablate [train]`: a run or a sweep        fit.py    `ablate fit`: scaling laws
     plan.py    `ablate plan`: price a big run            study.py  `ablate study`: recorded studies
     submit.py  `ablate submit`: a SLURM driver job       jobs.py   `ablate jobs`: a SLURM sweep's jobs
@@ -18,6 +20,5 @@ from ablate.api import lazy_api
 
 __all__, __getattr__, __dir__ = lazy_api(
     __name__,
-    # common: what the Hydra plugins (src/hydra_plugins) need to fail as a command does
-    {"main": ("entry",), "common": ("fail", "explain", "resolved_task")},
+    {"main": ("entry",)},
 )

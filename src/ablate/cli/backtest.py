@@ -22,10 +22,11 @@ import json
 import sys
 import time
 
-from ablate.cli.common import claim_output, fail, hydra_main
+from ablate.cli.common import claim_output, hydra_main
 from ablate.cli.fit import StageBar, fit_options, load_inputs
-from ablate.config import ConfigError, parse_backtest
+from ablate.config import parse_backtest
 from ablate.files import write_files
+from ablate.oneline import one_line
 
 SUMMARY = "How often a fit's printed 95% interval holds runs past the data it saw: fit below a cut, predict above."
 EXAMPLE = "ablate backtest points=tests/fixtures/chinchilla.csv"
@@ -34,9 +35,9 @@ EXAMPLE = "ablate backtest points=tests/fixtures/chinchilla.csv"
 def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
-    from ablate.scaling import FitInputError, backtest, backtest_markdown, render_backtest
+    from ablate.scaling import backtest, backtest_markdown, render_backtest
 
-    try:
+    with one_line():
         bc = parse_backtest(OmegaConf.to_container(cfg, resolve=True))
         claim_output(bc.out_dir, "out")  # before minutes of fitting, not after
         inputs = load_inputs(bc)
@@ -53,8 +54,6 @@ def task(cfg) -> dict:
                 bc.out_dir / "backtest.png": render_backtest(result),
             }
         )
-    except (ConfigError, FitInputError) as exc:
-        fail(str(exc))
     print(inputs.source, file=sys.stderr)
     print(md)
     print(f"backtest took {time.perf_counter() - started:.0f} s; wrote {', '.join(str(f) for f in files)}")

@@ -26,9 +26,10 @@ import csv
 import math
 import sys
 
-from ablate.cli.common import claim_output, fail, hydra_main
+from ablate.cli.common import claim_output, hydra_main
 from ablate.cli.fit import StageBar
 from ablate.config import CompareConfig, ConfigError, ModelConfig, parse_compare, real_name
+from ablate.oneline import one_line
 from ablate.provenance import hashed
 
 
@@ -194,9 +195,9 @@ def console_text(report, multipliers: str) -> str:
 def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
-    from ablate.scaling import FitInputError, compare_arms, export_multiplier, multiplier_export
+    from ablate.scaling import compare_arms, export_multiplier, multiplier_export
 
-    try:
+    with one_line():
         cc = parse_compare(OmegaConf.to_container(cfg, resolve=True))
         claim_output(cc.out_dir, "out")
         read = arms_from_experiment if cc.experiment else arms_from_csv
@@ -214,8 +215,6 @@ def task(cfg) -> dict:
             progress=StageBar("compare", "step"),
         )
         files = export_multiplier(report, cc.out_dir)
-    except (ConfigError, FitInputError) as exc:
-        fail(str(exc))
     print(source, file=sys.stderr)
     print(console_text(report, multiplier_export.summary_text(report)))
     print(f"wrote {', '.join(str(f) for f in files)}")

@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ablate.cli.common import claim_output, fail, hydra_main
+from ablate.cli.common import claim_output, hydra_main
 from ablate.config import ConfigError, FitConfig, FitSourceConfig, parse_fit
+from ablate.oneline import one_line
 
 if TYPE_CHECKING:
     from ablate.scaling import FitOptions, Points, RunCurve
@@ -121,7 +122,7 @@ def task(cfg) -> dict:
     from ablate.scaling import APPROACH3, FitInputError, export_fit, fit_all
     from ablate.scaling import report as fit_report
 
-    try:
+    with one_line():
         fc = parse_fit(OmegaConf.to_container(cfg, resolve=True))
         claim_output(fc.out_dir, "out")  # before minutes of fitting, not after
         inputs = load_inputs(fc)
@@ -146,8 +147,6 @@ def task(cfg) -> dict:
         if report.approach3 is None and not (report.single or report.approach1 or report.approach2):
             raise FitInputError(report.skipped[APPROACH3])
         files = export_fit(report, fc.out_dir)
-    except (ConfigError, FitInputError) as exc:
-        fail(str(exc))
     print(inputs.source, file=sys.stderr)  # after the fit and its files, so that a rejected input is one line
     converged = report.approach3 is None or report.converged
     print(fit_report.summary_text(report))

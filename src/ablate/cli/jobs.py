@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ablate.cli.common import fail
+from ablate.oneline import fail
 from ablate.sweep import JOBS_FILE
 
 DRIVER_FILE = "driver.json"

@@ -18,6 +18,7 @@ import sys
 from importlib import metadata
 
 from ablate.host import interrupt_on
+from ablate.oneline import fail
 from ablate.streams import steady_streams
 
 # name -> (module with main(), one line for `ablate --help`, how it takes its arguments: "argv", its
@@ -123,8 +124,6 @@ def usage() -> str:
 def refuse_unknown_command(word: str) -> None:
     """A first word that is neither a command nor an override (KEY=VALUE) nor a flag: a mistyped
     command, named in one line with the closest commands, where Hydra would say "missing EQUAL"."""
-    from ablate.cli.common import fail
-
     close = difflib.get_close_matches(word, COMMANDS, n=2, cutoff=0.5)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     fail(f"unknown command {word!r}: {hint}(valid: {', '.join(COMMANDS)}; or overrides KEY=VALUE for {DEFAULT})")

@@ -10,8 +10,9 @@ plans/<model>-<hardware>/). The work is in plan/.
 
 from __future__ import annotations
 
-from ablate.cli.common import claim_output, fail, hydra_main
-from ablate.config import ConfigError, parse_plan
+from ablate.cli.common import claim_output, hydra_main
+from ablate.config import parse_plan
+from ablate.oneline import one_line
 from ablate.plan import choose_mfu, make_plan, planning_hardware, render
 from ablate.scaling import load_fit
 
@@ -22,7 +23,7 @@ EXAMPLE = "ablate plan model=gpt_1p5b precision=bf16_pure hardware=h200 budget.t
 def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
-    try:
+    with one_line():
         inputs = parse_plan(OmegaConf.to_container(cfg, resolve=True))
         claim_output(inputs.plan.out, "out")
         hw = planning_hardware(inputs.hardware, inputs.precision)
@@ -30,8 +31,6 @@ def task(cfg) -> dict:
         mfu = choose_mfu(inputs.plan, hw.name, hw.device, inputs.precision.name)
         plan = make_plan(inputs, hw, mfu, fit)
         paths = render.write_plan(plan, inputs.plan.out, OmegaConf.to_yaml(cfg, resolve=True), fit)
-    except ConfigError as exc:
-        fail(str(exc))
     print(render.render_table(plan))
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return render.plan_dict(plan)

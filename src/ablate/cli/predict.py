@@ -21,9 +21,10 @@ import math
 import sys
 from pathlib import Path
 
-from ablate.cli.common import compose_run, fail
+from ablate.cli.common import compose_run
 from ablate.config import ConfigError
 from ablate.files import check_writable_dir, write_bytes
+from ablate.oneline import one_line
 from ablate.run import RESULT_FILE, read_result
 
 EXAMPLE = (
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     own, rest = split_args(args.args)
     from ablate.sweep import prediction
 
-    try:
+    with one_line():
         if not own.get("out"):
             raise ConfigError("out= is missing (valid: out=PATH/prediction.json)")
         out = Path(own["out"])
@@ -85,8 +86,6 @@ def main(argv: list[str] | None = None) -> None:
             if not own.get("fit"):
                 raise ConfigError("fit= is missing (valid: fit=PATH/fit.json, written by ablate fit)")
             doc = make(Path(own["fit"]), out, rest)
-    except ConfigError as exc:
-        fail(str(exc))
     print("\n".join(prediction.render(doc)))
     settle = settling_runs(doc)
     if settle:

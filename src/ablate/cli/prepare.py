@@ -10,9 +10,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ablate.cli.common import claim_output, fail, hydra_main
-from ablate.config import ConfigError, parse_prepare
+from ablate.cli.common import claim_output, hydra_main
+from ablate.config import parse_prepare
 from ablate.data import read_corpus
+from ablate.oneline import fail, one_line
 
 SUMMARY = "Tokenize your text: train a byte-level BPE tokenizer (or bring one) and write token files."
 EXAMPLE = (
@@ -45,7 +46,7 @@ def task(cfg) -> None:
 
     from ablate.data import tokenizer
 
-    try:
+    with one_line():
         pc = parse_prepare(OmegaConf.to_container(cfg, resolve=True))
         claim_output(pc.out, "out")  # a full or read-only disk refused before the corpus is read
         corpus = read_corpus(pc.paths, pc.glob, pc.max_bytes)
@@ -62,8 +63,6 @@ def task(cfg) -> None:
                 val_split=pc.val_split,
                 eot=pc.eot,
             )
-    except ConfigError as exc:
-        fail(str(exc))
     print(
         f"wrote {pc.out}: {meta.train_tokens:,} train and {meta.val_tokens:,} val tokens, vocab {meta.vocab_size}, "
         f"{meta.bytes_per_token:.3f} bytes per token (val/bpb = val/loss / ln 2 / {meta.bytes_per_token:.3f})",

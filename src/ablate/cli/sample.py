@@ -11,9 +11,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ablate.cli.common import fail, hydra_main
-from ablate.config import ConfigError, parse_sample
+from ablate.cli.common import hydra_main
+from ablate.config import parse_sample
 from ablate.files import check_writable_dir, refuse_folder
+from ablate.oneline import one_line
 
 SUMMARY = "Text from a run's checkpoint, and its decode tokens/s against the memory-bandwidth bound."
 EXAMPLE = "ablate sample run=outputs/2025-01-01/12-00-00 prompt='the ' tokens=40 temperature=0.8 top_k=20"
@@ -24,14 +25,12 @@ def task(cfg) -> dict:
 
     from ablate.run import SAMPLE_FILE, sample, write_sample
 
-    try:
+    with one_line():
         sc = parse_sample(OmegaConf.to_container(cfg, resolve=True))
         out = Path(sc.out) if sc.out else Path(sc.run) / SAMPLE_FILE
         check_writable_dir(out.parent, "out")
         refuse_folder(out, "out")
         made = sample.sample(sc)
-    except ConfigError as exc:
-        fail(str(exc))
     for text in made.texts:
         print(f"{made.prompt}{text}")
     print(f"{made.model} at step {made.step}: {made.speed.line()}", file=sys.stderr)

@@ -8,9 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
-from ablate.cli.common import fail
-from ablate.config import ConfigError
 from ablate.host import interrupting_signal
+from ablate.oneline import fail, one_line
 from ablate.sweep import load_study, refresh, run_analyses, run_study, run_target
 
 
@@ -29,16 +28,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.overrides and not args.run:
         fail(f"overrides {' '.join(args.overrides)} need --run (valid: --run OVERRIDE ...)")
     try:
-        study = load_study(args.study)
-        code = run_study(args.study, study, args.overrides) if args.run else 0
-        if (args.run or args.analyze) and study.get("analyses"):
-            refresh(args.study, study, just_run=args.run)  # the sweep's points.csv and summary, which analyses read
-            code = code or run_analyses(args.study, study)
-        if args.run and study.get("target") and not code:
-            code = run_target(args.study, study)
-        path = refresh(args.study, study, just_run=args.run)
-    except ConfigError as exc:
-        fail(str(exc))
+        with one_line():
+            study = load_study(args.study)
+            code = run_study(args.study, study, args.overrides) if args.run else 0
+            if (args.run or args.analyze) and study.get("analyses"):
+                refresh(args.study, study, just_run=args.run)  # the sweep's points.csv and summary, which analyses read
+                code = code or run_analyses(args.study, study)
+            if args.run and study.get("target") and not code:
+                code = run_target(args.study, study)
+            path = refresh(args.study, study, just_run=args.run)
     except KeyboardInterrupt as exc:  # its command was stopped too and has closed its records
         signum = interrupting_signal(exc)
         print(

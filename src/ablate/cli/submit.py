@@ -21,9 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from ablate.cli.common import fail, precheck
-from ablate.config import CONF_MODULE, ConfigError, SubmititSettings, parse_submitit_settings
+from ablate.cli.common import precheck
+from ablate.config import SubmititSettings, parse_submitit_settings
 from ablate.files import check_writable_dir, write_json
+from ablate.oneline import fail, one_line
 
 DRIVER_LOG = "driver.log"
 
@@ -31,22 +32,13 @@ DRIVER_LOG = "driver.log"
 def compose(overrides: list[str]):
     """The config of the sweep's first job (sweep overrides at their first value): enough for
     the launcher settings and the sweep dir, which every job shares."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from ablate.hydra_app import App, parse_overrides  # Hydra: loaded by the commands that compose
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
     first = [
         f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else o.input_line
-        for o in parsed
+        for o in parse_overrides(overrides)
     ]
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_module(config_module=CONF_MODULE, version_base="1.3"):
-            return hydra_compose(config_name="config", overrides=first, return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
+    return App("config").compose(first)
 
 
 def driver_script(cwd: Path, sweep_dir: Path, overrides: list[str], settings) -> str:
@@ -87,10 +79,8 @@ def submit(overrides: list[str]) -> tuple[str, Path]:
     schema = OmegaConf.get_type(cfg.hydra.launcher)
     if not (isinstance(schema, type) and issubclass(schema, SubmititSettings)) or cfg.hydra.launcher.cluster != "slurm":
         fail("hydra/launcher is not slurm (valid: add hydra/launcher=slurm; the driver job must submit to SLURM)")
-    try:
+    with one_line():
         settings = parse_submitit_settings(cfg.hydra.launcher)
-    except ConfigError as exc:
-        fail(str(exc))
     if shutil.which("sbatch") is None:
         fail("sbatch is not on PATH (valid: run `ablate submit` where SLURM's client tools are installed)")
     check_writable_dir(str(cfg.hydra.sweep.dir), "hydra.sweep.dir")

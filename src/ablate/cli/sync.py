@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ablate.cli.common import fail
 from ablate.files import quarantine
+from ablate.oneline import fail
 from ablate.tracking import SpoolError, one_sync, sync_file
 
 

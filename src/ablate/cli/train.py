@@ -10,13 +10,15 @@ import sys
 import time
 from pathlib import Path
 
-from ablate.cli.common import fail, hydra_main, hydra_node, resolved_task
-from ablate.config import ConfigError, UnsupportedError, parse_run
+from ablate.cli.common import hydra_main
+from ablate.config import UnsupportedError, parse_run
 from ablate.files import check_file_slots, check_writable_dir, redact_files, write_json
 from ablate.host import interrupting_signal
+from ablate.hydra_app import hydra_node, resolved_task
+from ablate.oneline import fail, one_line
 from ablate.run import EXIT_BUSY, RESULT_FILE
 from ablate.search import trial_hook
-from ablate.sweep import PROGRESS_FILE, callback, job_context
+from ablate.sweep import PROGRESS_FILE, job_context
 from ablate.tracking import agent as tracking_agent
 from ablate.tracking import check_store
 
@@ -42,17 +44,16 @@ def task(cfg, run_cfg=None, prepared=None, agent=None) -> dict:
     redact_files(out_dir / ".hydra")  # Hydra wrote the overrides as given: a password in tracking.uri
     context = job_context(hc)
     if prepared is None:
-        try:
-            run_cfg, prepared = _parse_and_prepare(cfg, context)
-        except UnsupportedError as exc:
-            if not (context.in_sweep and cfg.get("skip_unsupported")):
-                fail(str(exc))
-            print(f"skipped: {exc}", file=sys.stderr)
-            record = {"status": "unsupported", "reason": str(exc), "precision": cfg.precision.name}
-            write_json(out_dir / "result.json", record)
-            return record
-        except ConfigError as exc:
-            fail(str(exc))
+        with one_line():
+            try:
+                run_cfg, prepared = _parse_and_prepare(cfg, context)
+            except UnsupportedError as exc:
+                if not (context.in_sweep and cfg.get("skip_unsupported")):
+                    raise
+                print(f"skipped: {exc}", file=sys.stderr)
+                record = {"status": "unsupported", "reason": str(exc), "precision": cfg.precision.name}
+                write_json(out_dir / "result.json", record)
+                return record
     family = branches.is_family(run_cfg)
     if family:
         return _family(prepared, out_dir, context)
@@ -236,17 +237,18 @@ def describe(result) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        callbacks = hydra_main(
+        made = hydra_main(
             task, config_name="config", name="train", summary=SUMMARY, example=EXAMPLE, argv=argv, setup=one_run
         )
     except KeyboardInterrupt as exc:  # the launcher has stopped its jobs (sweep/launch/process.py)
         print(f"interrupted: {exc}" if str(exc) else "interrupted", file=sys.stderr)
         raise SystemExit(128 + (interrupting_signal(exc) or signal.SIGINT)) from None  # the shell's convention
-    sweeps = [c for c in getattr(callbacks, "callbacks", []) if isinstance(c, callback.SweepCallback)]
-    for sweep in sweeps:
-        if sweep.unwritten:  # its summary: the disk took none of it
-            fail(sweep.unwritten, code=1)
-    if any(s.summary is not None and s.summary.failed for s in sweeps):
+    sweep = (made or {}).get("sweep")  # the sweep's session: conf/config.yaml's hydra.callbacks.sweep
+    if sweep is None:
+        return
+    if sweep.unwritten:  # its summary: the disk took none of it
+        fail(sweep.unwritten, code=1)
+    if sweep.summary is not None and sweep.summary.failed:
         sys.exit(1)
 
 

@@ -17,8 +17,8 @@ import socket
 import sys
 from pathlib import Path
 
-from ablate.cli.common import fail
 from ablate.config import ConfigError
+from ablate.oneline import fail, one_line
 from ablate.tracking import client_for, latest_views, sqlite_path
 
 
@@ -121,19 +121,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not 1 <= args.port <= 65535:
         fail(f"--port {args.port} is out of range (valid: 1..65535)")
-    try:
+    with one_line():
         check_host(args.host, args.public)
-    except ConfigError as exc:
-        fail(str(exc))
     uri = store_uri(args.store)
-    try:  # a store that is not there is named, not created empty and served
-        client_for(uri)
-    except ConfigError as exc:
-        fail(str(exc).replace("tracking.uri=", "--store "))
-    try:
+    with one_line(lambda message: message.replace("tracking.uri=", "--store ")):
+        client_for(uri)  # a store that is not there is named, not created empty and served
+    with one_line():
         check_port_free(args.host, args.port)
-    except ConfigError as exc:
-        fail(str(exc))
     base = f"http://[{args.host}]:{args.port}" if ":" in args.host else f"http://{args.host}:{args.port}"
     print(f"MLflow UI on {base} over {uri}", file=sys.stderr)
     chart = latest_chart(uri, base)

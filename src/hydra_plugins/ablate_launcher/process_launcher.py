@@ -30,21 +30,19 @@ class ProcessLauncher(Launcher):
         gpus: list | None = None,
         gpus_per_job: int = 1,
     ):
-        from ablate.cli import fail
-        from ablate.config import ConfigError, parse_process_settings
+        from ablate.config import parse_process_settings
 
-        try:  # Hydra builds the launcher before the sweep's first job is planned: nothing exists yet
-            self.settings = parse_process_settings(
-                {
-                    "workers": workers,
-                    "threads_per_job": threads_per_job,
-                    "stop_timeout_s": stop_timeout_s,
-                    "gpus": gpus,
-                    "gpus_per_job": gpus_per_job,
-                }
-            )
-        except ConfigError as exc:
-            fail(str(exc))
+        # Hydra builds the launcher before the sweep's first job is planned: nothing exists yet, and
+        # a ConfigError is said in one line by the app (ablate.hydra_app) that asked Hydra to build it.
+        self.settings = parse_process_settings(
+            {
+                "workers": workers,
+                "threads_per_job": threads_per_job,
+                "stop_timeout_s": stop_timeout_s,
+                "gpus": gpus,
+                "gpus_per_job": gpus_per_job,
+            }
+        )
         self.pool = None  # the warm worker, kept across launches (an Optuna study's batches)
         self.sweep = None  # the sweep callback: its warm worker, its plan's compositions, its live line
         self.hydra_context: HydraContext | None = None
@@ -104,13 +102,7 @@ class ProcessLauncher(Launcher):
         return self.pool
 
     def _run(self, launch_fn, *args, **kwargs):
-        from ablate.cli import fail
-        from ablate.config import ConfigError
-
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
-        try:
-            if self.sweep is not None:
-                self.sweep.ensure_open()  # a sweeper that does not plan has not opened the sweep
-            return launch_fn(self.hydra_context, self.task_function, self.config, *args, **kwargs)
-        except ConfigError as exc:
-            fail(str(exc))
+        if self.sweep is not None:
+            self.sweep.ensure_open()  # a sweeper that does not plan has not opened the sweep
+        return launch_fn(self.hydra_context, self.task_function, self.config, *args, **kwargs)

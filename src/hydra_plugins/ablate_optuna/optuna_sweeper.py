@@ -30,8 +30,8 @@ class OptunaSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> Any:
-        from ablate.cli import fail, resolved_task
-        from ablate.config import ConfigError, parse_search
+        from ablate.config import parse_search
+        from ablate.hydra_app import resolved_task
         from ablate.search import check_sweeper, run_study
         from ablate.sweep import sweep_callback
 
@@ -40,14 +40,12 @@ class OptunaSweeper(Sweeper):
             k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
             for k, v in self.settings.items()
         }
-        try:
-            # Checked before the sweep is opened (its store, its parent run): nothing exists yet.
-            task_args = [a for a in arguments if not a.lstrip("+~").startswith("hydra")]
-            check_sweeper(settings, task_args, resolved_task(self.config), str(self.config.hydra.runtime.cwd))
-            cfg = parse_search(settings)
-            sweep = sweep_callback(self.hydra_context)
-            if sweep is not None:
-                sweep.open(None)
-            return run_study(cfg, self.config, self.launcher, list(arguments))
-        except ConfigError as exc:
-            fail(str(exc))
+        # Checked before the sweep is opened (its store, its parent run): nothing exists yet. A
+        # ConfigError is said in one line by the app that runs this sweeper (ablate.hydra_app).
+        task_args = [a for a in arguments if not a.lstrip("+~").startswith("hydra")]
+        check_sweeper(settings, task_args, resolved_task(self.config), str(self.config.hydra.runtime.cwd))
+        cfg = parse_search(settings)
+        sweep = sweep_callback(self.hydra_context)
+        if sweep is not None:
+            sweep.open(None)
+        return run_study(cfg, self.config, self.launcher, list(arguments))

@@ -23,13 +23,9 @@ class SubmititLauncher(Launcher):
     """A multirun as one job array through submitit: on SLURM, or as local processes."""
 
     def __init__(self, **params: Any) -> None:
-        from ablate.cli import fail
-        from ablate.config import ConfigError, parse_submitit_settings
+        from ablate.config import parse_submitit_settings
 
-        try:
-            self.settings = parse_submitit_settings(params)
-        except ConfigError as exc:
-            fail(str(exc))
+        self.settings = parse_submitit_settings(params)  # a ConfigError: one line, said by ablate.hydra_app
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
         self.config: DictConfig | None = None
@@ -51,15 +47,10 @@ class SubmititLauncher(Launcher):
         return self._run(slurm.launch_as_slots_free, feed, slots, initial_job_idx, self.settings)
 
     def _run(self, launch_fn, *args):
-        from ablate.cli import fail
-        from ablate.config import ConfigError
         from ablate.sweep import sweep_callback
 
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
         sweep = sweep_callback(self.hydra_context)
-        try:
-            if sweep is not None:
-                sweep.ensure_open()  # a sweeper that does not plan has not opened the sweep
-        except ConfigError as exc:
-            fail(str(exc))
+        if sweep is not None:
+            sweep.ensure_open()  # a sweeper that does not plan has not opened the sweep
         return launch_fn(self.hydra_context, self.task_function, self.config, *args)

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
+from ablate.hydra_app import basic_sweeper
 from ablate.sweep import register_plugin
 
 # No `from __future__ import annotations` in this module: the ConfigStore reads the dataclass's
@@ -37,7 +36,7 @@ class PlanningSweeperConf:
 register_plugin("hydra/sweeper", "ablate_grid", PlanningSweeperConf)
 
 
-class PlanningSweeper(BasicSweeper):
+class PlanningSweeper(basic_sweeper()):  # type: ignore[misc]  Hydra's BasicSweeper
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[dict[str, str]] = None) -> None:  # noqa: UP045
         super().__init__(max_batch_size=max_batch_size, params=params)
         self.planned: set[tuple[str, ...]] = set()  # the overrides of every job planned so far
@@ -62,8 +61,8 @@ class PlanningSweeper(BasicSweeper):
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
-        from ablate.cli import explain, fail
         from ablate.config import ConfigError
+        from ablate.hydra_app import App
         from ablate.sweep import sweep_callback
 
         assert self.hydra_context is not None
@@ -74,11 +73,10 @@ class PlanningSweeper(BasicSweeper):
         todo = [list(job) for job in batch if tuple(job) not in self.planned]
         if not todo:
             return
-        try:
+        try:  # a ConfigError is said in one line by the app that runs this sweeper (ablate.hydra_app)
             sweep.open(sweep.plan(self.hydra_context.config_loader, todo, len(self.planned)))
-        except ConfigError as exc:
-            fail(str(exc))
         except (HydraException, OmegaConfBaseException) as exc:
             overrides = getattr(exc, "job_overrides", [])
-            fail(f"sweep job #{getattr(exc, 'job_num', '?')} ({' '.join(overrides)}): {explain(exc, overrides)}")
+            why = App("config").explain(exc, overrides)
+            raise ConfigError(f"sweep job #{getattr(exc, 'job_num', '?')} ({' '.join(overrides)}): {why}") from None
         self.planned.update(tuple(job) for job in todo)

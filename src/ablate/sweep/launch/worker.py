@@ -68,6 +68,7 @@ from pathlib import Path
 from ablate.child import Call, Calls, error, ok
 from ablate.files import write_json
 from ablate.host import die_with_parent, flush_std_streams, import_available, interrupt_on
+from ablate.hydra_app import JOB_MODULES
 from ablate.sweep.context import USAGE_FILE
 from ablate.sweep.launch.command import run_command
 from ablate.sweep.launch.job import run_here
@@ -88,7 +89,7 @@ PRELOAD = (
     "omegaconf._impl",
     "hydra.core.utils",
     "hydra.core.plugins",
-    "hydra._internal.logging_config",
+    *JOB_MODULES,
     "secrets",
     "psutil",
     "ablate.run.train",
