@@ -59,7 +59,7 @@ BAD_INPUT = [
     (TRAIN, ["train.steps=0"], "train.steps=0"),
     (TRAIN, ["train.steps=-5"], "train.steps=-5"),
     (TRAIN, ["train.tokens=1e6", "train.steps=100"], "exactly one training budget"),
-    (TRAIN, ["train.steps=null"], "exactly one training budget"),
+    (TRAIN, ["train.default_steps=0"], "train.default_steps=0 must be positive"),
     (TRAIN, ["train.tokens=10"], "train.tokens=10 is less than one step"),
     (TRAIN, ["train.flops=1e3"], "train.flops=1e+03 is less than one step"),
     (TRAIN, ["train.batch_size=0"], "train.batch_size=0"),

@@ -7,9 +7,12 @@ import dataclasses
 import inspect
 
 import pytest
+import yaml
 
 from ablate import provenance
 from ablate.config import (
+    CONF_DIR,
+    CONF_MODULE,
     DATA_KINDS,
     HardwareConfig,
     ModelConfig,
@@ -21,6 +24,7 @@ from ablate.config import (
     declared_fields,
     hashing,
 )
+from ablate.config.schemas import SCHEMAS
 from ablate.provenance import config_hash, hashed
 
 KEYS = declared_fields(RunConfig)
@@ -109,3 +113,40 @@ def test_a_section_left_out_leaves_out_every_key_under_it():
     assert config_hash(tagged) == config_hash(cfg)
     assert not hashed("tracking.tags.arm") and not hashed("hardware.peak_flops.bf16") and not hashed("data.cache_dir")
     assert hashed("data.vocab_size") and hashed("model.n_layer")
+
+
+# The groups whose presets write only what they change: the rest start from the schema. A preset
+# names itself (`name`, what its runs are recorded under) even where the name is the default's. The
+# precision presets write every key their name stands for, which PrecisionConfig._check_name
+# compares, and a data source has no schema common to the three (config/schemas.py).
+SLIM_GROUPS = ("model", "hardware", "optim", "train", "tracking")
+REPEATED_ON_PURPOSE = {"name"}
+
+
+@pytest.mark.parametrize("group", SLIM_GROUPS)
+def test_a_preset_lists_only_what_it_changes(group):
+    defaults = dataclasses.asdict(SCHEMAS[group]())
+    presets = sorted((CONF_DIR / group).glob("*.yaml"))
+    assert presets
+    repeated = []
+    for path in presets:
+        tree = yaml.safe_load(path.read_text()) or {}
+        assert "defaults" not in tree, path  # the schema comes in from the primary config's defaults
+        repeated += [
+            f"{path.stem}.{k}={v}"
+            for k, v in tree.items()
+            if k not in REPEATED_ON_PURPOSE and k in defaults and v == defaults[k]
+        ]
+    assert not repeated, f"{group} presets repeat their schema's defaults: {repeated}"
+
+
+@pytest.mark.parametrize("config_name", ["config", "plan"])
+def test_the_primary_configs_start_each_group_from_its_schema(config_name):
+    """Every key can be overridden without `+`, though no preset writes it (ConfigStore: GROUP/base_GROUP)."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(CONF_MODULE, version_base=None):
+        cfg = compose(config_name, overrides=["model.mup_base_width=64", "hardware.nvlink_gbs=1"])
+    for group in ("model", "hardware", "precision"):
+        assert set(cfg[group]) == set(dataclasses.asdict(SCHEMAS[group]())), group
+    assert cfg.model.mup_base_width == 64

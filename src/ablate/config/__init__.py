@@ -12,6 +12,7 @@ its own slice. Bad input raises `ConfigError`, whose message is one line: key, b
     sample.py   ablate sample; parse_sample
     search.py   the Optuna sweeper's settings; parse_search
     keys.py     a key's one declaration: `setting`, its default and how it enters the config hash (Hashing)
+    schemas.py  each group's schema in Hydra's ConfigStore (GROUP/base_GROUP), so a preset lists what it changes
     schema.py   build and coerce: a tree to a dataclass, key by key; the shared range checks
     launch.py   the launchers' settings (hydra.launcher), which the plugins register in Hydra's ConfigStore
     presets.py  where the presets live: pkg://ablate.conf (a user's own come in with --config-dir); a preset as
@@ -92,6 +93,7 @@ from ablate.config.schema import (
     require_fraction,
     require_positive,
 )
+from ablate.config.schemas import SCHEMAS, schema_name, store_schemas
 from ablate.config.search import COSTS, PRUNER_KEYS, SAMPLER_KEYS, SearchConfig, flatten_params, parse_search
 from ablate.errors import ConfigError, UnsupportedError
 
@@ -171,6 +173,10 @@ __all__ = [
     "hashing",
     "section_classes",
     "setting",
+    # each group's schema in Hydra's ConfigStore
+    "SCHEMAS",
+    "schema_name",
+    "store_schemas",
     # building a dataclass from a tree
     "MAX_INT",
     "as_dict",

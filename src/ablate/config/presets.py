@@ -33,8 +33,8 @@ def group_options(group: str, config_dir: str | None = None) -> list[str]:
 
     roots = [CONF_DIR, *([Path(config_dir)] if config_dir else [])]
     files = {p.stem for root in roots for p in (root / group).glob("*.yaml")}
-    try:
-        stored = {Path(name).stem for name in ConfigStore.instance().list(group)}
+    try:  # a group's schema (base_GROUP, config/schemas.py) is what every option starts from, not one
+        stored = {Path(name).stem for name in ConfigStore.instance().list(group) if not name.startswith("base_")}
     except OSError:  # ConfigStore raises IOError for a group it does not hold
         stored = set()
     return sorted(files | stored)
