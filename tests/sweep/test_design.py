@@ -45,3 +45,69 @@ def test_too_few_sizes_is_not_determined_and_says_how_many_to_add():
     lines = design_lines(jobs([2.5e4, 6e4], [2**18, 2**19, 2**20, 2**21]))
     assert "would be not_determined at best: 2 distinct sizes N (needs 3)" in lines[0]
     assert lines[-1].startswith("  add sizes: 2 more model size(s) and ")
+
+
+def planned(model, steps, flops_per_token, tokens_per_step=2048, precision="fp32", job_dir="/nonexistent/s/0"):
+    """A job as the planner leaves it, with the parts of its config the time estimate reads."""
+    cfg = SimpleNamespace(
+        model=SimpleNamespace(name=model, block_size=64),
+        precision=SimpleNamespace(name=precision),
+        hardware=SimpleNamespace(device="cpu"),
+        train=SimpleNamespace(sequences_per_step=tokens_per_step // 64),
+        tracking=SimpleNamespace(backend="none", uri=""),
+    )
+    tokens = steps * tokens_per_step
+    return SimpleNamespace(
+        action="run",
+        cfg=cfg,
+        total_steps=steps,
+        cost_flops=float(tokens * flops_per_token),
+        job_dir=job_dir,
+        points=[(flops_per_token / 6, tokens, SPLIT)],
+    )
+
+
+def test_the_time_is_each_jobs_tokens_at_its_models_measured_speed_not_the_job_count():
+    from ablate.perf.recorded_speed import Speed
+
+    speeds = [
+        Speed("nano", "fp32", "cpu", 4000.0, 6e5, "MLflow"),
+        Speed("nano", "fp32", "cpu", 6000.0, 6e5, "result.json"),  # median of the two: 5000 tokens/s
+        Speed("tiny", "fp32", "cpu", 1000.0, 3e6, "result.json"),
+    ]
+    jobs = [planned("nano", 1000, 6e5), planned("tiny", 500, 3e6)]
+    line = design_lines(jobs, speeds)[-1]
+    # 2,048,000 tokens at 5000/s + 1,024,000 at 1000/s = 410 s + 1024 s
+    assert line.startswith("time: about 24 min of training summed over the jobs to run, from speeds measured")
+    assert "2 of 2 jobs at the median speed recorded by runs of their model and precision" in line
+    assert "from MLflow and result.json" in line
+    # a size no run recorded: its FLOPs at the FLOP rate of the nearest recorded model (tiny: 3e9 FLOP/s)
+    small = design_lines([planned("nano", 1000, 6e5), planned("small", 100, 1.2e7)], speeds)[-1]
+    assert "1 of 2 jobs at the median speed" in small and "1 at the FLOP rate of the recorded model nearest" in small
+    # nano 410 s; small's 204,800 tokens x 1.2e7 FLOPs at tiny's 1000 x 3e6 FLOP/s (nearer than nano's): 819 s
+    assert "about 20 min" in small
+
+
+def test_without_a_recorded_speed_the_time_is_not_guessed_from_the_job_count():
+    line = design_lines([planned("nano", 1000, 6e5), planned("tiny", 500, 3e6)], [])[-1]
+    assert line.startswith("time: not estimated: no run of these models and precisions recorded its speed")
+
+
+def test_a_sweeps_own_runs_past_the_training_split_are_warned_of():
+    lines = design_lines(jobs([2.5e4, 6e4, 1.5e5, 4.4e5], [2**20, 2**22], split=3_000_000))
+    (warning,) = [line for line in lines if "warning" in line]
+    assert "8 run(s) read more tokens than the training split holds (3,000,000): 4.19e+06 (1.4x)" in warning
+
+
+def test_a_jobs_speed_comes_from_the_recorded_runs_nearest_it_in_length():
+    """Warm-up weighs on a short run: femto on a shared CPU made 1,568 tokens/s over 20 steps and
+    4,311 over 200 (measured here); a 200-step job is timed by the 200-step run."""
+    from ablate.perf.recorded_speed import Speed
+
+    speeds = [
+        Speed("femto", "fp32", "cpu", 1568.0, 4e5, "result.json", tokens=20_480),
+        Speed("femto", "fp32", "cpu", 4311.0, 4e5, "result.json", tokens=204_800),
+    ]
+    line = design_lines([planned("femto", 200, 4e5, tokens_per_step=1024), planned("pico", 200, 1e6)], speeds)[-1]
+    # femto: 204,800 / 4311 = 48 s; pico at femto's FLOP rate over its 200-step run: 409,600 x 1e6 / (4311 x 4e5)
+    assert "about 5 min" in line  # 48 + 238 = 285 s (at the 20-step run's speed: 131 + 653 s, 13 min)

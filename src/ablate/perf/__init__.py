@@ -9,6 +9,7 @@ decode.py     the memory-bandwidth bound on generation speed (torch-free)
 fp8.py        where torchao's float8 starts to pay on a GPU, from benchmarks/bench_gpu.py's results
 profiling.py  torch.profiler captures of a few steps, as FLOPs and bytes per operator
 trace_log.py  kineto_quiet: the profiler's Kineto log lines kept off the console
+recorded_speed.py  recorded_speeds: the training speeds earlier runs measured on this machine
 roofline.py   operators placed against the compute and bandwidth ceilings; the CPU bandwidth benchmark
 capture.py    RunCapture: profiling and the roofline inside a training run (train.profile=true)
 """
@@ -31,5 +32,5 @@ __all__, __getattr__, __dir__ = lazy_api(
         "roofline": ("measured_cpu_bandwidth",),
         "capture": ("RunCapture",),
     },
-    modules=("support", "memory", "decode", "fp8", "profiling", "roofline", "trace_log"),
+    modules=("support", "memory", "decode", "fp8", "profiling", "roofline", "trace_log", "recorded_speed"),
 )

@@ -13,17 +13,29 @@ tokens of the training split: a run that reads its data more than once is no fre
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 DOUBLINGS = 8  # how far the suggested token counts reach from the sweep's, in doublings
 
 
-def design_lines(jobs: list) -> list[str]:
-    """Lines to print before the sweep starts; none for a sweep over one model size (no law)."""
+def design_lines(jobs: list, speeds: list | None = None) -> list[str]:
+    """Lines to print before the sweep starts: for a sweep over model sizes, its design against the
+    fit's checks; for one over sizes or token counts (a law's data), the runs that would read past
+    the training split and the time it will take (`time_line`: `speeds`, else those earlier runs
+    recorded on this machine). None for a sweep of one size and one token count (no law)."""
+    points = [p for j in jobs if j.action != "unsupported" for p in j.points]
+    if len({p[0] for p in points}) < 2 and len({p[1] for p in points}) < 2:
+        return []
+    lines = _ladder_lines(points) + _repeat_lines(points)
+    timed = time_line(jobs, recorded(jobs) if speeds is None else speeds)
+    return lines + ([timed] if timed else [])
+
+
+def _ladder_lines(points: list) -> list[str]:
     import numpy as np
 
     from ablate.scaling import Thresholds, Verdict, design_reasons
 
-    points = [p for j in jobs if j.action != "unsupported" for p in j.points]
     N = np.array([p[0] for p in points], float)
     D = np.array([p[1] for p in points], float)
     if len(set(N)) < 2:
@@ -55,6 +67,97 @@ def design_lines(jobs: list) -> list[str]:
             + " (model=... with more or fewer layers or a wider or narrower model.n_embd)"
         )
     return lines
+
+
+def _repeat_lines(points: list) -> list[str]:
+    """A warning for the sweep's own runs that read more tokens than their training split holds:
+    each repeats data, which the law's D (fresh tokens) does not describe."""
+    over = sorted({(d, split) for _, d, split in points if split and d > split})
+    if not over:
+        return []
+    runs = sum(1 for _, d, split in points if split and d > split)
+    counts = ", ".join(f"{d:.3g} ({d / split:.1f}x)" for d, split in over)
+    return [
+        f"  warning: {runs} run(s) read more tokens than the training split holds ({over[0][1]:,}): {counts}; "
+        "each repeats data, which a law's D does not describe (valid: train.tokens within the split, or more data)"
+    ]
+
+
+def recorded(jobs: list) -> list:
+    """The speeds earlier runs recorded on this machine (perf/recorded_speed.py), looked up for the
+    jobs to run: result.json files in the sweep's folder and its siblings, and the jobs' sqlite
+    MLflow stores."""
+    from ablate.perf.recorded_speed import recorded_speeds, this_gpu
+    from ablate.provenance import cpu
+
+    todo = [j for j in jobs if j.action in ("run", "resume") and getattr(j, "cfg", None) is not None]
+    if not todo:
+        return []
+    sweeps = {Path(j.job_dir).parent for j in todo}
+    folders = [f for f in {*sweeps, *(s.parent for s in sweeps)} if f.is_dir()]
+    # the sweep's own folder first: the walk of its parent is bounded and may stop before it
+    folders = sorted(folders, key=lambda f: f not in sweeps)
+    stores = [j.cfg.tracking.uri for j in todo if j.cfg.tracking.backend == "mlflow"]
+    gpu = this_gpu() if any(j.cfg.hardware.device in ("auto", "cuda") for j in todo) else None
+    return recorded_speeds(folders, stores, cpu()["cpu"], gpu)
+
+
+def time_line(jobs: list, speeds: list) -> str | None:
+    """The sweep's training time from measured speeds, not the job count: each job's tokens at the
+    median speed the runs of its model and precision recorded on this machine (those nearest it in
+    length: perf/recorded_speed.nearest_in_length), else its FLOPs at the FLOP rate of the recorded
+    model nearest in FLOPs per token; the line says which and where the speeds came from. None when
+    no job is to run."""
+    import statistics
+
+    from ablate.perf.recorded_speed import nearest_in_length
+
+    todo = [j for j in jobs if j.action in ("run", "resume") and getattr(j, "cfg", None) is not None]
+    if not todo:
+        return None
+    seconds, exact, scaled, unknown, sources = 0.0, 0, 0, 0, set()
+    for j in todo:
+        device = j.cfg.hardware.device
+        usable = [s for s in speeds if device not in ("cpu", "cuda", "mps") or s.device == device]
+        same = [s for s in usable if (s.model, s.precision) == (j.cfg.model.name, j.cfg.precision.name)]
+        tokens = j.total_steps * j.cfg.train.sequences_per_step * j.cfg.model.block_size
+        if same:
+            seconds += tokens / statistics.median(s.tokens_per_s for s in nearest_in_length(same, tokens))
+            exact += 1
+            sources |= {s.source for s in same}
+            continue
+        near = [s for s in usable if s.precision == j.cfg.precision.name]
+        if not near or not j.cost_flops:
+            unknown += 1
+            continue
+        per_token = j.cost_flops / max(tokens, 1)
+        closest = min(abs(math.log(s.flops_per_token / per_token)) for s in near)
+        model = [s for s in near if abs(math.log(s.flops_per_token / per_token)) == closest]
+        rate = statistics.median(s.tokens_per_s * s.flops_per_token for s in nearest_in_length(model, tokens))
+        seconds += j.cost_flops / rate
+        scaled += 1
+        sources |= {s.source for s in model}
+    if exact + scaled == 0:
+        return (
+            f"time: not estimated: no run of these models and precisions recorded its speed on this machine "
+            f"(result.json files in and beside the sweep's folder, sqlite MLflow stores); the live line's ETA "
+            f"measures it once the first of the {len(todo)} jobs report"
+        )
+    how = [f"{exact} of {len(todo)} jobs at the median speed recorded by runs of their model and precision"] * (
+        exact > 0
+    )
+    how += [f"{scaled} at the FLOP rate of the recorded model nearest in FLOPs per token"] * (scaled > 0)
+    how += [f"{unknown} with no recorded speed, not counted"] * (unknown > 0)
+    return (
+        f"time: about {_duration(seconds)} of training summed over the jobs to run, from speeds measured on this "
+        f"machine ({'; '.join(how)}; from {' and '.join(sorted(sources))})"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _token_line(counts: list[float], split: int, th) -> str:
