@@ -7,7 +7,10 @@ distinct N and D, how many decades each spans, scaling/checks.py), so the verdic
 sweep is the one the fit would reach on the design alone; the runs' noise can only make it worse.
 Where the design falls short, the token counts (or sizes) to add are named, each checked against the
 tokens of the training split: a run that reads its data more than once is no fresh-data point
-(Muennighoff et al. 2023, "Scaling Data-Constrained Language Models").
+(Muennighoff et al. 2023, "Scaling Data-Constrained Language Models"); the sweep's own runs that
+read past it are warned of. A sweep over sizes or token counts is also timed before it starts, from
+the speeds earlier runs of its models measured on this machine (perf/recorded_speed.py), not from
+its job count.
 """
 
 from __future__ import annotations
