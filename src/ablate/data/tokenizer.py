@@ -16,6 +16,7 @@ bits per byte, the figure that compares runs with different tokenizers.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -333,8 +334,6 @@ def shared_tokenizer(corpus: Corpus, cache_dir: Path, val_fraction: float, vocab
     cache_dir/tokenizer-KEY/; a lock per folder, so that the jobs of a sweep train it once. The
     folders of each split's tokens encode with it (sources.py), so runs on either split share one
     vocabulary and a second split costs an encoding pass, not a second training."""
-    import fcntl
-
     folder = Path(cache_dir).expanduser() / tokenizer_key(corpus, val_fraction, vocab_size)
     path = folder / TOKENIZER
     folder.mkdir(parents=True, exist_ok=True)

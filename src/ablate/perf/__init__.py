@@ -31,6 +31,7 @@ __all__, __getattr__, __dir__ = lazy_api(
         "memory": ("gpu_memory",),
         "roofline": ("measured_cpu_bandwidth",),
         "capture": ("RunCapture",),
+        "recorded_speed": ("Speed", "nearest_in_length", "recorded_speeds", "this_gpu"),
     },
-    modules=("support", "memory", "decode", "fp8", "profiling", "roofline", "trace_log", "recorded_speed"),
+    modules=("support", "memory", "decode", "fp8", "profiling", "roofline", "trace_log"),
 )

@@ -16,7 +16,10 @@ its job count.
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
+
+from ablate.perf import nearest_in_length, recorded_speeds, this_gpu
 
 DOUBLINGS = 8  # how far the suggested token counts reach from the sweep's, in doublings
 
@@ -90,7 +93,6 @@ def recorded(jobs: list) -> list:
     """The speeds earlier runs recorded on this machine (perf/recorded_speed.py), looked up for the
     jobs to run: result.json files in the sweep's folder and its siblings, and the jobs' sqlite
     MLflow stores."""
-    from ablate.perf.recorded_speed import recorded_speeds, this_gpu
     from ablate.provenance import cpu
 
     todo = [j for j in jobs if j.action in ("run", "resume") and getattr(j, "cfg", None) is not None]
@@ -111,10 +113,6 @@ def time_line(jobs: list, speeds: list) -> str | None:
     length: perf/recorded_speed.nearest_in_length), else its FLOPs at the FLOP rate of the recorded
     model nearest in FLOPs per token; the line says which and where the speeds came from. None when
     no job is to run."""
-    import statistics
-
-    from ablate.perf.recorded_speed import nearest_in_length
-
     todo = [j for j in jobs if j.action in ("run", "resume") and getattr(j, "cfg", None) is not None]
     if not todo:
         return None
