@@ -107,8 +107,12 @@ def test_the_drift_is_read_against_what_other_ladders_showed():
     """One cut fitted on few runs, its drift -0.1 per decade give or take 0.18 (Marin's comma ladder's
     lowest calibrated fit): the prediction barely moves (s under 2%) and the law's error per decade is
     about the public ladders' P, not 0.1. Five cuts that agree on -0.03 within 0.004 move it by nearly
-    all of that, and their spread, 0 among themselves, is still pooled with P as one more cut."""
+    all of that, and their spread, 0 among themselves, is still pooled with P as one more cut. A drift
+    many standard errors from 0 stands, however far past P."""
     from ablate.scaling.calibration import PRIOR_CUTS, PRIOR_DRIFT, posterior_drift
+
+    def P_share(se: float) -> float:
+        return PRIOR_DRIFT**2 / (PRIOR_DRIFT**2 + se**2)
 
     one = posterior_drift(np.array([-0.1]), np.array([0.18**2]))
     assert one.share < 0.02 and one.share * abs(one.mu) < 0.002
@@ -117,6 +121,10 @@ def test_the_drift_is_read_against_what_other_ladders_showed():
     assert five.share > 0.95 and five.share * five.mu == pytest.approx(-0.03, abs=0.002)
     tau_pooled = PRIOR_DRIFT * np.sqrt(PRIOR_CUTS / (PRIOR_CUTS + 5))
     assert five.kappa == pytest.approx(np.sqrt((five.share * five.mu) ** 2 + tau_pooled**2), rel=0.05)
+    # a law far off its runs (this project's scaling study): -0.2 to -0.5 per decade, each give or take
+    # 0.09; against P alone a fifth of it would stand, but it lies 8 standard errors from 0 and stands
+    far = posterior_drift(np.array([-0.21, -0.29, -0.39, -0.43, -0.51]), np.full(5, 0.09**2))
+    assert P_share(far.se) < 0.3 and far.share > 0.95
 
 
 def test_an_interval_read_back_from_before_the_prior_reaches_the_whole_drift():
