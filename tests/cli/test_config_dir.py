@@ -14,6 +14,13 @@ TINY = ["train.steps=2", "train.batch_size=4", "train.eval_interval=2", "train.e
 MINE = {"name": "mine", "n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 32, "vocab_size": None}
 
 
+def composed_preset(name: str) -> dict:
+    """A packaged model preset as Hydra composes it: its schema's defaults (model/base_model), then its keys."""
+    from ablate.config import SCHEMAS, as_dict
+
+    return {**as_dict(SCHEMAS["model"]()), **preset("model", name)}
+
+
 def presets(root, model: dict):
     """A folder of the user's presets laid out as the config groups: model/mine.yaml."""
     (root / "model").mkdir(parents=True)
@@ -54,7 +61,7 @@ def test_a_preset_of_your_own_can_start_from_a_packaged_one(cli, workdir):
     mine.mkdir(parents=True)
     (mine / "mine.yaml").write_text(yaml.safe_dump({"defaults": ["micro", "_self_"], "name": "mine", "n_layer": 2}))
     result, composed = trained(cli, workdir, ["--config-dir", str(mine.parent), "model=mine"])
-    micro = preset("model", "micro")
+    micro = composed_preset("micro")
     assert composed["model"] == {**micro, "name": "mine", "n_layer": 2} and micro["n_layer"] != 2
     assert result["model"] == "mine"  # its sizes are its preset's as composed, micro's under its own
 
@@ -72,7 +79,7 @@ def test_a_packaged_preset_keeps_its_name(cli, workdir):
     mine = presets(workdir / "my_presets", MINE)
     (mine / "model" / "pico.yaml").write_text(yaml.safe_dump({**MINE, "name": "pico"}))
     _, composed = trained(cli, workdir, ["--config-dir", str(mine), "model=pico"])
-    assert composed["model"] == preset("model", "pico") and preset("model", "pico")["n_layer"] != MINE["n_layer"]
+    assert composed["model"] == composed_preset("pico") and preset("model", "pico")["n_layer"] != MINE["n_layer"]
 
 
 @pytest.mark.parametrize("flag", [["--config-dir", "no_such_folder"], ["-cd", "no_such_folder"]])
