@@ -175,7 +175,8 @@ def _bpe(cfg: TextDataConfig, corpus) -> TokenData:
         fcntl.flock(lock, fcntl.LOCK_EX)
         meta = tokenizer.read_meta(folder)
         if meta is None:
-            shared = tokenizer.shared_tokenizer(corpus, Path(cfg.cache_dir), cfg.val_fraction, vocab)
+            with disk_errors(folder, "data.cache_dir"):  # a full disk met writing the tokenizer: one line
+                shared = tokenizer.shared_tokenizer(corpus, Path(cfg.cache_dir), cfg.val_fraction, vocab)
             print(f"data: encoding {corpus.size:,} bytes, {cfg.val_split} split -> {folder}", file=sys.stderr)
             meta = tokenizer.prepare(
                 corpus, folder, cfg.val_fraction, tokenizer_file=shared, val_split=cfg.val_split, key="data.cache_dir"
