@@ -210,9 +210,9 @@ class ForkServer:
     commands may run at once; a thread reads the worker's answers."""
 
     def __init__(self):
-        from ablate.sweep.launch.pool import _Worker
+        from ablate.sweep.launch.pool import Worker
 
-        self.worker = _Worker.start("sqlite://", True, ["ablate.cli.main", "mlflow"])
+        self.worker = Worker.start("sqlite://", True, ["ablate.cli.main", "mlflow"])
         assert self.worker.ready() is not None, "the fork server did not start"
         self.lock, self.pending, self.nums = threading.Lock(), {}, itertools.count()
         threading.Thread(target=self._read, daemon=True).start()

@@ -44,8 +44,9 @@ WORKER_LOG = "worker.log"
 @dataclass
 class Exited:
     num: int
-    code: int | None  # None: the worker itself died under the job
+    code: int | None  # None: the worker itself died under the job, or could not start it
     pid: int | None = None
+    refused: str | None = None  # why the worker could not start it (its answer to `run`)
 
 
 @dataclass
@@ -53,15 +54,15 @@ class Pool:
     mlflow_uri: str | None
     work: Path | None = None  # SWEEP_DIR/.launcher, for the logs; None until a launch says
     fork: bool = field(default_factory=can_fork)
-    workers: list = field(default_factory=list)  # [_Worker]; one when forking
+    workers: list = field(default_factory=list)  # [Worker]; one when forking
     spec: bytes | None = None
-    running: dict = field(default_factory=dict)  # num -> _Worker
+    running: dict = field(default_factory=dict)  # num -> Worker
     ended: list = field(default_factory=list)  # jobs that ended while a call was awaited: wait() reports them
 
     def start(self) -> Pool:
         """Start the (forking) worker now, so that it imports while this process does other work."""
         if self.fork and not self.workers:
-            self.workers = [_Worker.start(self.mlflow_uri, self.fork)]
+            self.workers = [Worker.start(self.mlflow_uri, self.fork)]
             # Closed at exit at the latest, and after the exit handlers registered from now on (the
             # sweep callback's, which may still call the worker): weakref.finalize's own exit hook
             # is registered with its first finalizer, and exit handlers run last-registered first.
@@ -140,10 +141,10 @@ class Pool:
         self.workers = []
         self.running = {}
 
-    def _worker(self, num: int) -> _Worker:
+    def _worker(self, num: int) -> Worker:
         if self.fork and self.workers and self.workers[0].alive():
             return self.workers[0]
-        worker = _Worker.start(self.mlflow_uri, self.fork)
+        worker = Worker.start(self.mlflow_uri, self.fork)
         if self.work is not None:
             worker.log_to(self.work / (WORKER_LOG if self.fork else f"worker-{num}.log"))
         if self.spec is not None:
@@ -152,7 +153,7 @@ class Pool:
         return worker
 
 
-class _Worker:
+class Worker:
     """A worker process and its channel; the jobs it runs (two calls each: run, wait) and the answers
     of the sweep's calls not yet taken."""
 
@@ -211,7 +212,7 @@ class _Worker:
                     log.warning(f"the sweep's worker could not {what} (job {num}): {reply.message['error']}")
                 if what in ("run", "run_argv") and num in self.jobs:  # a job that could not start
                     self.jobs.discard(num)
-                    ended.append(Exited(num, None))
+                    ended.append(Exited(num, None, refused=reply.message["error"]))
             elif what == "ready":
                 self.report = reply.value()
             elif what in ("run", "run_argv"):

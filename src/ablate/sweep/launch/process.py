@@ -322,7 +322,9 @@ def collect(job: Job, work: Path, ended: Exited):
     doc = read_json(job.path(work, RETURN_SUFFIX), None)
     if isinstance(doc, dict):
         return from_json(doc)
-    if ended.code is None:
+    if ended.refused is not None:
+        how = f"the sweep's worker could not start it ({ended.refused})"
+    elif ended.code is None:
         how = "the worker it was forked from died"
     elif ended.code < 0:
         how = f"the job's process was killed by {signal.Signals(-ended.code).name}"

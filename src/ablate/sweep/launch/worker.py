@@ -292,9 +292,10 @@ class _Server:
         return _LATER
 
     def _inherited(self) -> list[int]:
-        """The descriptors a forked child must close: its pipes, the jobs' pidfds, the calls' pipes."""
+        """The descriptors a forked child must close: the pipe to the launcher, the jobs' pidfds, the
+        calls' pipes (stdin, the calls' pipe from the launcher, stays: a job puts /dev/null there)."""
         return (
-            [self.replies.fileno(), self.calls.fd, self.selector.fileno(), self.launcher_stderr]
+            [self.replies.fileno(), self.selector.fileno(), self.launcher_stderr]
             + [pidfd for _, pidfd in self.jobs.values()]
             + list(self.forked_calls)
         )
