@@ -571,11 +571,12 @@ def test_the_runs_vocabulary_and_bytes_per_token_come_from_their_params_and_val_
 
     def run(vocab, loss, bpb, data="debian_docs"):
         params = {"model.vocab_size": str(vocab), "data.name": data, "data.kind": "text", "data.tokenizer": "bpe"}
+        params["derived.train_split_tokens"] = "16300000"
         return SimpleNamespace(data=SimpleNamespace(params=params, metrics={"val/loss": loss, "val/bpb": bpb}))
 
     # bpb = L / ln 2 / bytes per token: 3.2 nats per token at 2.33 bytes per token
     runs = [run(2048, 3.2, 3.2 / math.log(2) / 2.33), run(2048, 3.0, 3.0 / math.log(2) / 2.33)]
-    assert _tokenizer(runs) == {**DOCS_TOKENIZER, "bytes_per_token": pytest.approx(2.33)}
+    assert _tokenizer(runs) == {**DOCS_TOKENIZER, "bytes_per_token": pytest.approx(2.33), "train_tokens": 16_300_000}
     assert _tokenizer([*runs, run(4096, 3.0, 1.0)]) is None  # runs of two vocabularies share no law
     no_bpb = [SimpleNamespace(data=SimpleNamespace(params=r.data.params, metrics={"val/loss": 3.0})) for r in runs]
     assert _tokenizer(no_bpb)["bytes_per_token"] is None
@@ -606,3 +607,16 @@ def test_a_law_without_bytes_per_token_is_refused_for_another_vocabulary(tmp_pat
     bad = fit_with_tokenizer(tmp_path, fit_report, {**DOCS_TOKENIZER, "bytes_per_token": -1})
     with pytest.raises(ConfigError, match="data.tokenizer.bytes_per_token is -1"):
         make(fit=bad)
+
+
+def test_runs_suggested_past_the_laws_training_split_are_warned_of(tmp_path, ladder_report):
+    """The CPU ladder's law, not determined for a 1.5B model, suggests runs; where they need more
+    tokens than its runs' training split held, the plan says they would repeat data."""
+    split = {**DOCS_TOKENIZER, "vocab_size": 50257, "train_tokens": 1_000}
+    p = make(fit=fit_with_tokenizer(tmp_path, ladder_report, split))
+    suggested = [*p.prediction.runs_to_determine, *p.alternative.runs_to_determine]
+    (note,) = [n for n in p.notes if "training split" in n]
+    assert note.startswith(f"{len(suggested)} of the {len(suggested)} runs suggested to determine the law need up to")
+    assert "more than the 1,000 of its runs' training split (debian_docs): they would repeat data" in note
+    roomy = {**split, "train_tokens": int(10 * max(r.D for r in suggested))}
+    assert not [n for n in make(fit=fit_with_tokenizer(tmp_path, ladder_report, roomy)).notes if "training split" in n]

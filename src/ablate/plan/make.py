@@ -162,7 +162,8 @@ def make_plan(inputs: PlanInputs, hw: PlanHardware, mfu: MfuChoice, fit: FitLaw 
     notes = _notes(inputs, hw, mem, gpus_used, mfu)
     if fit is not None:
         across = across_vocabularies(fit, model.vocab_size, prediction)
-        notes += [across] if across else []
+        suggested = [*(prediction.runs_to_determine if prediction else ()), *alternative.runs_to_determine]
+        notes += [n for n in (across, _corpus_note(fit, suggested)) if n]
     return Plan(
         model,
         precision,
@@ -325,6 +326,25 @@ def _notes(inputs: PlanInputs, hw: PlanHardware, mem: MemoryPlan, gpus_used: int
             "MFU is a default, not a measurement: run on this hardware (or pass mfu=) to firm up time and cost."
         )
     return notes
+
+
+def _corpus_note(fit: FitLaw, runs: list) -> str | None:
+    """A warning where the runs suggested to determine the law need more tokens than the training
+    split its runs had (fit.json's data.tokenizer.train_tokens): each would repeat data, which the
+    law's D, fresh tokens, does not describe (Muennighoff et al. 2023)."""
+    split = (fit.tokenizer or {}).get("train_tokens")
+    if not isinstance(split, int) or isinstance(split, bool) or split <= 0:
+        return None
+    over = [r for r in runs if r.D > split]
+    if not over:
+        return None
+    data = (fit.tokenizer or {}).get("data")
+    return (
+        f"{len(over)} of the {len(runs)} runs suggested to determine the law need up to {max(r.D for r in over):.3g} "
+        f"tokens, more than the {split:,} of its runs' training split"
+        + (f" ({data})" if isinstance(data, str) else "")
+        + ": they would repeat data, which the law's D does not describe (more data, or smaller token counts)."
+    )
 
 
 def _gb(x: float) -> str:

@@ -59,6 +59,6 @@ def across_vocabularies(fit, vocab_size: int | None, prediction) -> str | None:
         f"per token), with D counted in the law's tokens"
     )
     if prediction is None or prediction.value is None:
-        return line + "."
+        return line + " where the law determines one."
     bpb = [v / math.log(2) / per_token for v in (prediction.value, prediction.lo, prediction.hi)]
     return line + f": {bpb[0]:.3f} bits per byte (95% {bpb[1]:.3f} to {bpb[2]:.3f})."

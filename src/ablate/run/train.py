@@ -256,6 +256,7 @@ def _params(p: Prepared) -> dict:
             "derived.flops_per_token": accounting.flops_per_token(p.cfg.model),
             "derived.total_steps": p.total_steps,
             "derived.entropy_floor": p.data.entropy_floor,
+            "derived.train_split_tokens": len(p.data.train),  # the corpus a fit's suggested runs are checked against
             "derived.device": p.hardware.device,
         }
     )

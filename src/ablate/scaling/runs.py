@@ -213,7 +213,8 @@ def _tokenizer(runs: list) -> dict | None:
     """The vocabulary the runs' losses are nats per token of, where they share one: the model's
     vocab_size, the data and its tokenizer, and the validation text's bytes per token (val/loss
     over val/bpb, logged together: bpb = L / ln 2 / bytes per token), which puts the law in bits
-    per byte for a model of another vocabulary (plan/vocabulary.py)."""
+    per byte for a model of another vocabulary (plan/vocabulary.py); and the tokens of their training
+    split (the smallest where they differ), which runs suggested from the law are checked against."""
     shared = {
         (
             p.get("model.vocab_size"),
@@ -235,7 +236,15 @@ def _tokenizer(runs: list) -> dict | None:
         if m.get("val/bpb") and m.get("val/loss") and _usable(m["val/bpb"]) and _usable(m["val/loss"])
     ]
     per_token = float(np.median(ratios)) if ratios and len(ratios) == len(runs) else None
-    return {"vocab_size": vocab_size, "data": data, "tokenizer": tokenizer, "bytes_per_token": per_token}
+    splits = [v for v in (_number(r, "derived.train_split_tokens") for r in runs) if v is not None]
+    train_tokens = int(min(splits)) if splits and len(splits) == len(runs) else None
+    return {
+        "vocab_size": vocab_size,
+        "data": data,
+        "tokenizer": tokenizer,
+        "bytes_per_token": per_token,
+        "train_tokens": train_tokens,
+    }
 
 
 def _curves(used: list[_Used]) -> tuple[tuple[RunCurve, ...], list[str]]:
