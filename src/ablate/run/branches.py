@@ -17,7 +17,7 @@ Sec. 4) use this to get a whole L(D) curve for about the price of its longest ru
 al. 2024) and DeepSeek LLM (2024) fit their scaling laws so.
 
 With `workers` > 1 the trunk trains on one core and up to workers - 1 branches run at once, each in
-its own process (ablate/child.py, target `branch_main`, given its spec file), as soon as its fork
+its own process (ablate/child.py, target `branch_main`, its config in its request), as soon as its fork
 is saved; with one worker the branches run after the trunk, in this process. A branch whose fork is
 missing (the trunk had finished before and its forks were deleted, or it diverged) trains from step
 0 like any run.
