@@ -1,7 +1,8 @@
-"""What Hydra calls back into during a command (conf/config.yaml's `hydra.callbacks`): the sweep
-callback of the library. Its errors reach the command line through the sweeper and the launcher
-that call it (hydra_plugins/), which turn a ConfigError into one line and exit 2: Hydra's own calls
-of a callback turn an exception into a warning."""
+"""What Hydra calls back into during a command (conf/config.yaml's `hydra.callbacks`, as `sweep`): the
+sweep callback of the library, which hydra_app.App.multirun hands back to cli/train by that name. Its
+errors reach the user through the sweeper and the launcher that call it (hydra_plugins/), whose
+ConfigError the app says in one line, exit 2: Hydra's own calls of a callback turn an exception into
+a warning."""
 
 from __future__ import annotations
 
