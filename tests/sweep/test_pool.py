@@ -352,3 +352,34 @@ def test_a_parallel_sweep_reports_no_mfu_above_100_percent_after_a_peak_measured
     assert len(figures) > 4 and all(0 < f <= 1.0 for f in figures), (figures, under_load)
     shown = [float(p) for p in re.findall(r"\| ([0-9.]+)% \|", (tmp_path / "sweep" / "summary.md").read_text())]
     assert len(shown) == 2 and all(0 < p <= 100 for p in shown), shown
+
+
+def test_the_worker_answers_every_call_by_its_id_and_a_call_it_cannot_make_with_its_line(monkeypatch):
+    """The worker's side of its channel, without a fork: an unknown call, a wait for a job it never
+    started and a spec that does not unpickle each get their error; the worker goes on to answer
+    the next call, and exits when its input ends."""
+    from ablate import child
+    from ablate.sweep.launch import worker
+
+    calls_read, calls_write = os.pipe()
+    replies_read, replies_write = os.pipe()
+    monkeypatch.setattr(worker, "Calls", lambda: child.Calls(calls_read))
+    lines = [
+        child.call_line(1, "nope", {}),
+        child.call_line(2, "wait", {"num": 5}),
+        child.call_line(3, "spec", {"payload": b"not a pickle"}),
+        child.call_line(4, "ready", {}),
+    ]
+    os.write(calls_write, b"".join(lines))
+    os.close(calls_write)
+    stderr = os.dup(2)
+    server = worker._Server(True, os.fdopen(replies_write, "wb", buffering=0), stderr, os.getpid(), {"pid": 1})
+    server.loop()
+    server.replies.close()
+    os.close(stderr)
+    answers = {r["id"]: r for r in (json.loads(line) for line in os.read(replies_read, 1 << 16).splitlines())}
+    os.close(replies_read)
+    assert answers[1]["error"] == "ValueError: no call 'nope'"
+    assert answers[2]["error"] == "KeyError: 'no job 5'"
+    assert answers[3]["error"].startswith("UnpicklingError") and "Traceback" in answers[3]["trace"]
+    assert answers[4] == {"id": 4, "ok": {"pid": 1}}
