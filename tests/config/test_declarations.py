@@ -116,10 +116,9 @@ def test_a_section_left_out_leaves_out_every_key_under_it():
 
 
 # The groups whose presets write only what they change: the rest start from the schema. A preset
-# names itself (`name`, what its runs are recorded under) even where the name is the default's. The
-# precision presets write every key their name stands for, which PrecisionConfig._check_name
-# compares, and a data source has no schema common to the three (config/schemas.py).
-SLIM_GROUPS = ("model", "hardware", "optim", "train", "tracking")
+# names itself (`name`, what its runs are recorded under) even where the name is the default's. A
+# data source has no schema common to the three, and its presets write every key (config/schemas.py).
+SLIM_GROUPS = ("model", "precision", "hardware", "optim", "train", "tracking")
 REPEATED_ON_PURPOSE = {"name"}
 
 

@@ -13,6 +13,7 @@ from ablate.config.data import DataConfig, parse_data
 from ablate.config.keys import setting
 from ablate.config.presets import CONF_DIR, real_name
 from ablate.config.schema import (
+    as_dict,
     build,
     coerce,
     reject_unknown,
@@ -279,7 +280,10 @@ class PrecisionConfig:
         the name must be what its preset (conf/precision/NAME.yaml) says the numbers are."""
         import yaml
 
-        presets = {n: yaml.safe_load((CONF_DIR / "precision" / f"{n}.yaml").read_text()) for n in PRECISION_NAMES}
+        schema = as_dict(PrecisionConfig())  # a key a preset leaves out stands at its default
+        presets = {
+            n: {**schema, **yaml.safe_load((CONF_DIR / "precision" / f"{n}.yaml").read_text())} for n in PRECISION_NAMES
+        }
         differ = [k for k in self.NAMED_BY if getattr(self, k) != presets[self.name].get(k)]
         if differ:
             given = " ".join(f"precision.{k}={getattr(self, k)}" for k in differ)
