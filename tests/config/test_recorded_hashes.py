@@ -97,9 +97,6 @@ def recorded_runs() -> tuple[list[tuple[Path, object]], list[Path]]:
 # hashed by the code of its day, and the code before keys were declared in their fields
 # (provenance.py's string tables) did not reproduce them either.
 RECORDED_UNDER_OLDER_KEYS = {
-    # the demo's runs (kept out of the repository: its folder holds its README) were recorded while
-    # precision.emulate was hashed at false (7a0f3fa then made false its value before it existed)
-    "precision_demo",
     # recorded at 96d69bf (2026-11-29), before the architecture arms (a3552e0) and the model's preset
     # (ModelConfig.named) changed what a config holds
     "scaling",

@@ -14,13 +14,13 @@ DEMO = Path(__file__).resolve().parents[2] / "experiments" / "precision_demo" / 
 
 
 def test_a_recorded_sweep_summarized_again_writes_its_summary_byte_for_byte(tmp_path):
-    """experiments/precision_demo's 24 jobs (18 runs and the GPU-only fp8 arms' 6 unsupported rows;
+    """experiments/precision_demo's 27 jobs (21 runs and the GPU-only fp8 arms' 6 unsupported rows;
     every figure a row holds: core shares, seeds, arms, an interval per arm): summary.json and
     summary.md as the summary of dict rows wrote them."""
     sweep = shutil.copytree(DEMO, tmp_path / "sweep")
     done = summarize(sweep, {"name": "precision", "sweep_id": "demo"})
     recorded = json.loads((DEMO / "summary.json").read_text())
-    assert len(done.rows) == 24 and sum(r.status == "unsupported" for r in done.rows) == 6
+    assert len(done.rows) == 27 and sum(r.status == "unsupported" for r in done.rows) == 6
     assert (sweep / "summary.json").read_text() == json.dumps(
         {"sweep_id": "demo", "runs": recorded["runs"]}, indent=2, default=str
     ) + "\n"
