@@ -29,10 +29,11 @@ tracking agent) reads calls on stdin and answers on stdout, JSON lines of one fo
     {"id": 7, "error": "Type: message"}                                               <- or its failure
 
 Every call is answered once, by its id, in the order the child finishes them (a worker answers a
-short call while a long one runs). A value that is not JSON (a function to run, a composed config,
-an exception with its class) travels cloudpickled, base64, in a "pickle" field beside the JSON: the
-arguments that are not JSON as one object, a value as itself (then "ok" is null), an exception
-that pickles as itself (then "trace" holds the child's traceback). Pickles come only from the
+short call while a long one runs), unless the child ends first: its stdout's end says so. A value
+that is not JSON (a function to run, a composed config, an exception with its class) travels
+cloudpickled, base64, in a "pickle" field beside the JSON: the arguments that are not JSON as one
+object, a value as itself (then "ok" is null), an exception that pickles as itself (then "trace"
+holds the child's traceback). Pickles come only from the
 process's own parent or child through their pipes, never from a file. The watchdog has a pipe but
 no calls: its parent's end closing is the message (run/watchdog.py).
 """
