@@ -23,7 +23,7 @@ import sys
 import time
 
 from ablate.cli.common import claim_output, hydra_main
-from ablate.cli.fit import StageBar, fit_options, load_inputs
+from ablate.cli.fit import StageBar, load_inputs
 from ablate.config import parse_backtest
 from ablate.files import write_files
 from ablate.oneline import one_line
@@ -35,7 +35,7 @@ EXAMPLE = "ablate backtest points=tests/fixtures/chinchilla.csv"
 def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
-    from ablate.scaling import backtest, backtest_markdown, render_backtest
+    from ablate.scaling import FitOptions, backtest, backtest_markdown, render_backtest
 
     with one_line():
         bc = parse_backtest(OmegaConf.to_container(cfg, resolve=True))
@@ -43,7 +43,8 @@ def task(cfg) -> dict:
         inputs = load_inputs(bc)
         started = time.perf_counter()
         cuts = tuple(float(c) for c in bc.cuts)
-        result = backtest.backtest(inputs.points, fit_options(bc), cuts, progress=StageBar("backtest", "cut"))
+        options = FitOptions.from_config(bc)
+        result = backtest.backtest(inputs.points, options, cuts, progress=StageBar("backtest", "cut"))
         title = f"Backtest of {bc.experiment or bc.points}: {len(inputs.points)} runs, cuts {bc.cuts}"
         md = backtest_markdown(result, title)
         doc = {"source": inputs.source, "cuts": bc.cuts, "n_boot": bc.n_boot, **result.to_dict()}

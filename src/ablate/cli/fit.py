@@ -26,27 +26,11 @@ from ablate.config import ConfigError, FitConfig, FitSourceConfig, parse_fit
 from ablate.oneline import one_line
 
 if TYPE_CHECKING:
-    from ablate.scaling import FitOptions, Points, RunCurve
+    from ablate.scaling import Points, RunCurve
 
 
 SUMMARY = "Fit scaling laws to an experiment's finished runs (experiment=NAME) or to a CSV of points (points=FILE)."
 EXAMPLE = "ablate fit points=tests/fixtures/chinchilla.csv target.C=1e21"
-
-
-def fit_options(cfg: FitSourceConfig) -> FitOptions:
-    """How approach 3 is fitted (scaling/predict.py's FitOptions), from the fit's or the backtest's config."""
-    from ablate.scaling import FitOptions
-
-    return FitOptions(
-        floor=cfg.entropy_floor,
-        tie_exponents=cfg.tie_exponents,
-        form=cfg.form,
-        params=cfg.params,
-        n_boot=cfg.n_boot,
-        seed=cfg.seed,
-        noise=cfg.noise,
-        interval=cfg.interval,
-    )
 
 
 @dataclass(frozen=True)
@@ -119,7 +103,7 @@ class StageBar:
 def task(cfg) -> dict:
     from omegaconf import OmegaConf
 
-    from ablate.scaling import APPROACH3, FitInputError, export_fit, fit_all
+    from ablate.scaling import APPROACH3, FitInputError, FitOptions, export_fit, fit_all
     from ablate.scaling import report as fit_report
 
     with one_line():
@@ -136,7 +120,7 @@ def task(cfg) -> dict:
             inputs.points,
             curves=inputs.curves,
             targets=[target] if target else [],
-            options=fit_options(fc),
+            options=FitOptions.from_config(fc),
             held_out_k=fc.held_out,
             single=single,
             budget_tol_decades=fc.approach2.budget_tol_decades,

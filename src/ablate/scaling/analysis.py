@@ -91,10 +91,10 @@ def fit_all(
 ) -> FitReport:
     """Approach 3 with its verdict and calibrated predictor, then each optional method the data allow;
     `targets` are predict() keyword dicts, e.g. {"C": 1e21} or {"N": 1.5e9, "D": 3e10}. The floor is
-    options.floor, else points.entropy_floor. The held-out refit draws held_out_boot resamples (default
+    options.entropy_floor, else points'. The held-out refit draws held_out_boot resamples (default
     min(n_boot, 200)). on_stage(label, i, total) is called before each method and once at the end."""
     opts = options or FitOptions()
-    floor = opts.floor if opts.floor is not None else points.entropy_floor
+    floor = opts.entropy_floor if opts.entropy_floor is not None else points.entropy_floor
     if floor is not None:
         e_bounds(points, floor, "fit")  # a floor above a loss some run reached is an input error
     points = points.with_floor(floor)

@@ -12,10 +12,11 @@ law is positive, and the interval's lower end is clipped there.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from ablate.config import FitSourceConfig
 from ablate.scaling.calibration import (
     ADAPTIVE,
     CALIBRATION_BOOT,
@@ -104,9 +105,10 @@ class Predictor:
 
 @dataclass(frozen=True)
 class FitOptions:
-    """How approach 3 is fitted, checked and calibrated (the fit command's options, conf/fit.yaml)."""
+    """How approach 3 is fitted, checked and calibrated. A field named as a key of config/fit.py's
+    FitSourceConfig is that key (from_config); grid, thresholds and cut_fractions are the library's."""
 
-    floor: float | None = None  # the data's known lowest loss; None: the points' entropy_floor
+    entropy_floor: float | None = None  # the data's known lowest loss; None: the points' entropy_floor
     tie_exponents: bool = False  # alpha = beta
     form: str = "additive"  # the law's form: additive (Hoffmann et al. 2022) or joint (Kaplan et al. 2020)
     params: str = "total"  # N is 'total' or 'non_embedding' parameters (recorded; the points carry it)
@@ -117,6 +119,13 @@ class FitOptions:
     thresholds: Thresholds = field(default_factory=Thresholds)
     cut_fractions: tuple[float, ...] = CUT_FRACTIONS
     interval: str = ADAPTIVE  # calibration.ADAPTIVE (drift corrected, conformal width) or HULL (before)
+
+    @classmethod
+    def from_config(cls, cfg: FitSourceConfig) -> FitOptions:
+        """The options `ablate fit` and `ablate backtest` were given: each field the config declares
+        under the same name, the rest at their defaults."""
+        keys = {f.name for f in fields(FitSourceConfig)}
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls) if f.name in keys})
 
 
 @dataclass(frozen=True)
@@ -129,9 +138,9 @@ class Forecast:
 
 
 def fit_predictor(points: Points, opts: FitOptions) -> Forecast:
-    """Approach 3 on `points` with the data's floor (opts.floor, else points.entropy_floor), its verdict,
+    """Approach 3 on `points` with the data's floor (opts.entropy_floor, else points'), its verdict,
     and the calibration of its intervals by refits below cuts of the runs' compute (calibration.py)."""
-    floor = opts.floor if opts.floor is not None else points.entropy_floor
+    floor = opts.entropy_floor if opts.entropy_floor is not None else points.entropy_floor
     fit = fit_approach3(
         points,
         floor=floor,
