@@ -4,7 +4,7 @@ the fit's own design checks (scaling.design_reasons), and which runs to add."""
 from types import SimpleNamespace
 
 from ablate.scaling import design_reasons
-from ablate.sweep.design import design_lines
+from ablate.sweep.design import AtOnce, design_lines, launch_at_once
 
 SPLIT = 16_600_000  # the training split's tokens (data=debian_docs)
 
@@ -78,7 +78,10 @@ def test_the_time_is_each_jobs_tokens_at_its_models_measured_speed_not_the_job_c
     jobs = [planned("nano", 1000, 6e5), planned("tiny", 500, 3e6)]
     line = design_lines(jobs, speeds)[-1]
     # 2,048,000 tokens at 5000/s + 1,024,000 at 1000/s = 410 s + 1024 s
-    assert line.startswith("time: about 24 min of training summed over the jobs to run, from speeds measured")
+    assert line.startswith(
+        "time: about 24 min of training summed over the 2 jobs to run (the launcher's concurrency is not known), "
+        "from speeds measured"
+    )
     assert "2 of 2 jobs at the median speed recorded by runs of their model and precision" in line
     assert "from MLflow and result.json" in line
     # a size no run recorded: its FLOPs at the FLOP rate of the nearest recorded model (tiny: 3e9 FLOP/s)
@@ -111,3 +114,43 @@ def test_a_jobs_speed_comes_from_the_recorded_runs_nearest_it_in_length():
     line = design_lines([planned("femto", 200, 4e5, tokens_per_step=1024), planned("pico", 200, 1e6)], speeds)[-1]
     # femto: 204,800 / 4311 = 48 s; pico at femto's FLOP rate over its 200-step run: 409,600 x 1e6 / (4311 x 4e5)
     assert "about 5 min" in line  # 48 + 238 = 285 s (at the 20-step run's speed: 131 + 653 s, 13 min)
+
+
+def test_the_time_is_what_the_user_waits_with_the_launchers_jobs_at_once():
+    """Summed, the jobs took 24 min; two at a time, longest first, the user waits for the longest
+    slot: tiny's 1024 s alone, nano's 410 s beside it."""
+    from ablate.perf.recorded_speed import Speed
+
+    speeds = [Speed("nano", "fp32", "cpu", 5000.0, 6e5, "MLflow"), Speed("tiny", "fp32", "cpu", 1000.0, 3e6, "MLflow")]
+    jobs = [planned("nano", 1000, 6e5), planned("tiny", 500, 3e6)]
+    two = design_lines(jobs, speeds, AtOnce(2, "2 jobs at a time, 1 thread each"))[-1]
+    assert two.startswith("time: about 17 min, 2 jobs at a time, 1 thread each: 24 min of training summed over the 2")
+    one = design_lines(jobs, speeds, AtOnce(1, "one job at a time"))[-1]
+    assert one.startswith("time: about 24 min, one job at a time: 24 min of training summed")
+    # four nano jobs of 410 s and one tiny of 1024 s on 2 slots, longest first: tiny and a nano on one
+    # slot (1434 s), three nanos on the other (1229 s); neither half of the sum (1331 s) nor the longest job
+    many = design_lines([*(planned("nano", 1000, 6e5) for _ in range(4)), jobs[1]], speeds, AtOnce(2, "2 jobs"))[-1]
+    assert many.startswith("time: about 24 min, 2 jobs: 44 min of training summed over the 5 jobs to run")
+
+
+def composed(*overrides):
+    from ablate.hydra_app import App
+
+    return App("config").compose(["+sweep=scaling", "hardware=cpu", *overrides])
+
+
+def test_the_launchers_jobs_at_once_come_from_its_own_settings():
+    """The process launcher's workers as it starts them (never more than the jobs to run), a SLURM
+    array's parallelism, submitit's local executor all at once, Hydra's basic launcher one at a time."""
+    five = [SimpleNamespace(action="run")] * 5 + [SimpleNamespace(action="skip")]
+    parallel = launch_at_once(composed("hydra/launcher=parallel", "hardware.workers=2"), five)
+    assert parallel.slots == 2 and parallel.how.startswith("2 jobs at a time, ")
+    assert launch_at_once(composed("hydra/launcher=parallel", "hardware.workers=8"), five).slots == 5
+    sequential = launch_at_once(composed("hydra/launcher=sequential"), five)
+    assert sequential.slots == 1 and sequential.how.startswith("one job at a time, ")
+    slurm = launch_at_once(composed("hydra/launcher=slurm", "hydra.launcher.array_parallelism=3"), five)
+    assert slurm.slots == 3 and "hydra.launcher.array_parallelism" in slurm.how and "SLURM's queue" in slurm.how
+    assert launch_at_once(composed("hydra/launcher=ablate_submitit_local"), five).slots == 5
+    basic = launch_at_once(composed("hydra/launcher=basic"), five)
+    assert basic == AtOnce(1, "one job at a time (Hydra's basic launcher)")
+    assert launch_at_once(composed("hydra/launcher=parallel", "hydra.launcher.workers=0"), five).slots is None

@@ -43,7 +43,7 @@ from ablate.host import available_cores, process_alive
 from ablate.run import SweepProgress, WatchedJob
 from ablate.sweep import plan as sweep_plan
 from ablate.sweep.context import LAUNCHES_FILE, SWEEP_FILE, read_sweep_file
-from ablate.sweep.design import design_lines
+from ablate.sweep.design import design_lines, launch_at_once
 from ablate.sweep.launch.pool import Pool
 from ablate.sweep.launch.worker import can_fork
 from ablate.sweep.summary import summarize
@@ -165,7 +165,7 @@ class SweepCallback(Callback):
         print(f"sweep {info['sweep_id']}: results in {sweep_dir}", file=sys.stderr)
         if jobs is not None:
             print(sweep_plan.describe(self._jobs, name), file=sys.stderr)
-            for line in design_lines(self._jobs):
+            for line in design_lines(self._jobs, at_once=launch_at_once(config, self._jobs)):
                 print(line, file=sys.stderr)
             self._start_progress(name, self._jobs, bool(OmegaConf.select(config, "train.progress", default=True)))
 

@@ -10,31 +10,90 @@ tokens of the training split: a run that reads its data more than once is no fre
 (Muennighoff et al. 2023, "Scaling Data-Constrained Language Models"); the sweep's own runs that
 read past it are warned of. A sweep over sizes or token counts is also timed before it starts, from
 the speeds earlier runs of its models measured on this machine (perf/recorded_speed.py), not from
-its job count.
+its job count, and over the jobs its launcher runs at once (`launch_at_once`: the process
+launcher's slots, SLURM's array parallelism, one at a time for a sequential launcher): the time the
+user waits, not the sum of the jobs' times.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
+from ablate.host import available_cores
 from ablate.perf import nearest_in_length, recorded_speeds, this_gpu
 
 DOUBLINGS = 8  # how far the suggested token counts reach from the sweep's, in doublings
 
 
-def design_lines(jobs: list, speeds: list | None = None) -> list[str]:
+@dataclass(frozen=True)
+class AtOnce:
+    """How many of a sweep's jobs its launcher runs at once (None: not known), and that in words."""
+
+    slots: int | None
+    how: str
+
+
+UNKNOWN = AtOnce(None, "the launcher's concurrency is not known")
+
+
+def design_lines(jobs: list, speeds: list | None = None, at_once: AtOnce = UNKNOWN) -> list[str]:
     """Lines to print before the sweep starts: for a sweep over model sizes, its design against the
     fit's checks; for one over sizes or token counts (a law's data), the runs that would read past
     the training split and the time it will take (`time_line`: `speeds`, else those earlier runs
-    recorded on this machine). None for a sweep of one size and one token count (no law)."""
+    recorded on this machine, spread over `at_once`). None for a sweep of one size and one token
+    count (no law)."""
     points = [p for j in jobs if j.action != "unsupported" for p in j.points]
     if len({p[0] for p in points}) < 2 and len({p[1] for p in points}) < 2:
         return []
     lines = _ladder_lines(points) + _repeat_lines(points)
-    timed = time_line(jobs, recorded(jobs) if speeds is None else speeds)
+    timed = time_line(jobs, recorded(jobs) if speeds is None else speeds, at_once)
     return lines + ([timed] if timed else [])
+
+
+def launch_at_once(config, jobs: list) -> AtOnce:
+    """How many of `jobs` the sweep's launcher (the composed hydra.launcher of `config`) runs at
+    once: the process launchers' workers as they will start them (sweep/launch/process.resources:
+    hydra.launcher.workers, GPU slots, cores, never more than the jobs to run), submitit's local
+    executor all at once, a SLURM array hydra.launcher.array_parallelism at most (its queue may
+    start fewer), Hydra's basic launcher one at a time; UNKNOWN for any other launcher."""
+    from ablate.config import ConfigError, parse_process_settings, parse_submitit_settings
+    from ablate.hydra_app import hydra_node
+
+    n = max(1, sum(1 for j in jobs if j.action in ("run", "resume")))
+    launcher = hydra_node(config, "launcher") or {}
+    target = str(launcher.get("_target_", ""))
+    try:
+        if target.endswith(".ProcessLauncher"):
+            from ablate.sweep.launch.process import launcher_gpus, resources
+
+            settings = parse_process_settings(launcher)
+            res = resources(settings, n, available_cores(), launcher_gpus(settings, config))
+            gpus = f", {res.gpus.per_job} GPU{'s' * (res.gpus.per_job > 1)} each" if res.gpus else ""
+            return AtOnce(
+                res.workers, f"{_jobs(res.workers)} at a time, {res.threads} thread{'s' * (res.threads > 1)} each{gpus}"
+            )
+        if target.endswith(".SubmititLauncher"):
+            settings = parse_submitit_settings(launcher)
+            if settings.cluster == "local":
+                return AtOnce(n, f"{_jobs(n)} at once (submitit's local executor)")
+            slots = min(settings.array_parallelism, n)
+            return AtOnce(
+                slots,
+                f"{_jobs(slots)} at a time at most (hydra.launcher.array_parallelism), not counting SLURM's "
+                "queue, at this machine's speeds, not its nodes'",
+            )
+    except ConfigError:  # the launcher refuses it itself, in one line, when it starts the jobs
+        return UNKNOWN
+    if target.endswith(".BasicLauncher"):
+        return AtOnce(1, "one job at a time (Hydra's basic launcher)")
+    return UNKNOWN
+
+
+def _jobs(n: int) -> str:
+    return "one job" if n == 1 else f"{n} jobs"
 
 
 def _ladder_lines(points: list) -> list[str]:
@@ -107,23 +166,25 @@ def recorded(jobs: list) -> list:
     return recorded_speeds(folders, stores, cpu()["cpu"], gpu)
 
 
-def time_line(jobs: list, speeds: list) -> str | None:
+def time_line(jobs: list, speeds: list, at_once: AtOnce = UNKNOWN) -> str | None:
     """The sweep's training time from measured speeds, not the job count: each job's tokens at the
     median speed the runs of its model and precision recorded on this machine (those nearest it in
     length: perf/recorded_speed.nearest_in_length), else its FLOPs at the FLOP rate of the recorded
-    model nearest in FLOPs per token; the line says which and where the speeds came from. None when
-    no job is to run."""
+    model nearest in FLOPs per token; the jobs spread over the `at_once` slots longest first, as
+    the process launcher hands them out (`_wall`). The line says how many at a time, which speeds
+    and where they came from. None when no job is to run."""
     todo = [j for j in jobs if j.action in ("run", "resume") and getattr(j, "cfg", None) is not None]
     if not todo:
         return None
-    seconds, exact, scaled, unknown, sources = 0.0, 0, 0, 0, set()
+    times: list[float] = []
+    exact, scaled, unknown, sources = 0, 0, 0, set()
     for j in todo:
         device = j.cfg.hardware.device
         usable = [s for s in speeds if device not in ("cpu", "cuda", "mps") or s.device == device]
         same = [s for s in usable if (s.model, s.precision) == (j.cfg.model.name, j.cfg.precision.name)]
         tokens = j.total_steps * j.cfg.train.sequences_per_step * j.cfg.model.block_size
         if same:
-            seconds += tokens / statistics.median(s.tokens_per_s for s in nearest_in_length(same, tokens))
+            times.append(tokens / statistics.median(s.tokens_per_s for s in nearest_in_length(same, tokens)))
             exact += 1
             sources |= {s.source for s in same}
             continue
@@ -135,7 +196,7 @@ def time_line(jobs: list, speeds: list) -> str | None:
         closest = min(abs(math.log(s.flops_per_token / per_token)) for s in near)
         model = [s for s in near if abs(math.log(s.flops_per_token / per_token)) == closest]
         rate = statistics.median(s.tokens_per_s * s.flops_per_token for s in nearest_in_length(model, tokens))
-        seconds += j.cost_flops / rate
+        times.append(j.cost_flops / rate)
         scaled += 1
         sources |= {s.source for s in model}
     if exact + scaled == 0:
@@ -149,10 +210,21 @@ def time_line(jobs: list, speeds: list) -> str | None:
     )
     how += [f"{scaled} at the FLOP rate of the recorded model nearest in FLOPs per token"] * (scaled > 0)
     how += [f"{unknown} with no recorded speed, not counted"] * (unknown > 0)
-    return (
-        f"time: about {_duration(seconds)} of training summed over the jobs to run, from speeds measured on this "
-        f"machine ({'; '.join(how)}; from {' and '.join(sorted(sources))})"
-    )
+    measured = f"from speeds measured on this machine ({'; '.join(how)}; from {' and '.join(sorted(sources))})"
+    summed = f"{_duration(sum(times))} of training summed over the {len(todo)} jobs to run"
+    if at_once.slots is None:
+        return f"time: about {summed} ({at_once.how}), {measured}"
+    return f"time: about {_duration(_wall(times, at_once.slots))}, {at_once.how}: {summed}, {measured}"
+
+
+def _wall(times: list[float], slots: int) -> float:
+    """The time until the last job ends when `slots` run at once and each job, longest first, takes
+    the slot that frees first (the process launcher's order, sweep/launch/process.py: LPT, within
+    4/3 of the best order, Graham 1969)."""
+    ends = [0.0] * max(1, min(slots, len(times)))
+    for t in sorted(times, reverse=True):
+        ends[ends.index(min(ends))] += t
+    return max(ends)
 
 
 def _duration(seconds: float) -> str:
