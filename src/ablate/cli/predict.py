@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> None:
                 raise ConfigError("fit= is missing (valid: fit=PATH/fit.json, written by ablate fit)")
             doc = make(Path(own["fit"]), out, rest)
     print("\n".join(prediction.render(doc)))
+    if doc.get("vocabulary"):
+        print(doc["vocabulary"])
     settle = settling_runs(doc)
     if settle:
         print(settle)
@@ -133,7 +135,7 @@ def draw(fit: Path, doc: dict, path: Path) -> None:
     from ablate.scaling import load_fit, predict, render_prediction
 
     predictor = load_fit(str(fit)).predictor
-    t = doc["target"]
+    t = {**doc["target"], **(doc.get("law_units") or {})}  # the law's own tokens where the run's are another's
     p = predict.predict(predictor, N=t["params"], D=t["tokens"], C=t["flops"])
     write_bytes(path, render_prediction(predictor, p, doc["verdict"]))
 

@@ -8,6 +8,12 @@ prediction needs another file. `ablate predict --outcome RUN_DIR out=FILE` then 
 `actual_bpb`, `actual_run_id` and `trained_at` from the finished run's result.json, checked to be
 the predicted run by its config hash, and leaves every predicted field as it was.
 
+A law of one vocabulary is read for a run of another as `ablate plan` reads it (plan/vocabulary.py
+for_target): the same tokenizer padded as it is; another tokenizer through bits per byte, in nats
+per token of the run's own text (so that its outcome is scored in its own units), its tokens and
+FLOPs read as the same text in the law's tokens (`law_units`); refused in one line where either side
+records no bytes per token. The document's `vocabulary` says which, `ablate predict` prints it.
+
 This is the check of Bhagia et al. 2024 (the OLMo ladder), Gadre et al. 2024 and Hoffmann et al.
 2022 as a record: the prediction's time, fit (path and sha256) and code version come first, the
 run after, and a miss is kept as it came out.
@@ -26,6 +32,7 @@ from typing import TYPE_CHECKING
 from ablate.config import ConfigError
 from ablate.files import write_json
 from ablate.model import accounting
+from ablate.plan import vocabulary
 from ablate.provenance import code_version
 from ablate.run import RunResult, bits_per_byte
 from ablate.scaling import load_fit, predict
@@ -50,9 +57,13 @@ def make_prediction(prepared: Prepared, fit_path: Path, overrides: list[str], ou
     }
     flops = accounting.training_flops(cfg.model, tokens)
     N = counts[fit.params]
-    p = predict.predict(fit.predictor, N=N, D=tokens, C=flops)
-    loss = p.loss
     bpt = prepared.data.bytes_per_token
+    units = vocabulary.for_target(fit, run_tokens(cfg, bpt))
+    law = {"tokens": tokens * units.tokens_scale, "flops": flops * units.tokens_scale, "loss_scale": units.loss_scale}
+    p = predict.predict(fit.predictor, N=N, D=law["tokens"], C=law["flops"])
+    loss = p.loss
+    band = None if loss is None or loss.ci95 is None else [v * units.loss_scale for v in loss.ci95]
+    predicted = None if loss is None else loss.value * units.loss_scale
     return {
         "schema": SCHEMA,
         "target": {
@@ -66,9 +77,12 @@ def make_prediction(prepared: Prepared, fit_path: Path, overrides: list[str], ou
             "overrides": list(overrides),
             "config_hash": prepared.config_hash,
         },
-        "predicted": None if loss is None else loss.value,
-        "interval95": None if loss is None or loss.ci95 is None else list(loss.ci95),
-        "predicted_bpb": None if loss is None else bits_per_byte(loss.value, bpt),
+        "predicted": predicted,
+        "interval95": band,
+        "predicted_bpb": bits_per_byte(predicted, bpt),
+        "vocabulary": units.line,
+        # the law's own (N,) D, C and the factor its loss was put into this run's tokens by; None: the same
+        "law_units": law if units.loss_scale != 1.0 else None,
         "verdict": p.verdict.level,
         "reasons": [r.text for r in p.verdict.reasons],
         "runs_to_determine": [r.to_dict() for r in p.runs_to_determine],
@@ -82,6 +96,18 @@ def make_prediction(prepared: Prepared, fit_path: Path, overrides: list[str], ou
         "made_at": now(),
         **{k: None for k in OUTCOME_KEYS},
     }
+
+
+def run_tokens(cfg, bytes_per_token: float | None) -> vocabulary.Tokens:
+    """What a run's losses are nats per token of, named as its MLflow params name them (a fit's
+    data.tokenizer, scaling/runs.py): data.name else data.kind, data.tokenizer else data.kind."""
+    kind = cfg.data.kind
+    return vocabulary.Tokens(
+        cfg.model.vocab_size,
+        getattr(cfg.data, "name", None) or kind,
+        getattr(cfg.data, "tokenizer", None) or kind,
+        bytes_per_token,
+    )
 
 
 # an outside target's names for N, D and C (`ablate predict target.N=.. target.D=..`), as predict() takes them
