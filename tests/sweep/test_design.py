@@ -154,3 +154,6 @@ def test_the_launchers_jobs_at_once_come_from_its_own_settings():
     basic = launch_at_once(composed("hydra/launcher=basic"), five)
     assert basic == AtOnce(1, "one job at a time (Hydra's basic launcher)")
     assert launch_at_once(composed("hydra/launcher=parallel", "hydra.launcher.workers=0"), five).slots is None
+    unresolved = composed("hydra/launcher=basic")
+    unresolved.hydra.launcher = {"_target_": "some.OtherLauncher", "queue": "${nosuch.key}"}
+    assert launch_at_once(unresolved, five) == AtOnce(None, "the launcher's concurrency is not known")

@@ -59,11 +59,16 @@ def launch_at_once(config, jobs: list) -> AtOnce:
     hydra.launcher.workers, GPU slots, cores, never more than the jobs to run), submitit's local
     executor all at once, a SLURM array hydra.launcher.array_parallelism at most (its queue may
     start fewer), Hydra's basic launcher one at a time; UNKNOWN for any other launcher."""
+    from omegaconf.errors import OmegaConfBaseException
+
     from ablate.config import ConfigError, parse_process_settings, parse_submitit_settings
     from ablate.hydra_app import hydra_node
 
     n = max(1, sum(1 for j in jobs if j.action in ("run", "resume")))
-    launcher = hydra_node(config, "launcher") or {}
+    try:  # another launcher's settings may name what only its own plugin resolves
+        launcher = hydra_node(config, "launcher") or {}
+    except OmegaConfBaseException:
+        return UNKNOWN
     target = str(launcher.get("_target_", ""))
     try:
         if target.endswith(".ProcessLauncher"):
