@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ablate.config import as_dict, parse_plan, parse_run, read_preset
+from ablate.config import as_dict, parse_plan, parse_run, preset_folders, read_preset
 from ablate.provenance import config_hash
 
 LADDER = Path(__file__).resolve().parents[2] / "experiments" / "ladder" / "sweep"
@@ -67,6 +67,21 @@ def test_a_config_parsed_again_keeps_its_name_and_hash(run_config, tmp_path):
 def test_a_name_without_a_preset_is_kept_as_given(run_config, tmp_path, name):
     cfg = run_config(tmp_path, **{"model.name": name, "model.n_layer": 12})
     assert cfg.model.name == cfg.model.preset == name
+
+
+def test_a_preset_of_the_users_is_read_from_the_folders_the_caller_names(run_config, tmp_path):
+    """Naming reads the user's presets from the folders it is given (the app's --config-dir,
+    preset_folders), not from a Hydra app that happens to be running: without them, the name is kept."""
+    from omegaconf import OmegaConf
+
+    folder = tmp_path / "my_presets"
+    (folder / "model").mkdir(parents=True)
+    (folder / "model" / "mine.yaml").write_text(yaml.safe_dump({"defaults": ["nano", "_self_"], "name": "mine"}))
+    tree = as_dict(run_config(tmp_path, **{"model.name": "mine", "model.n_layer": 12}))
+    assert parse_run(tree, (folder,)).model.name == "mine.n_layer_12"
+    running = {"runtime": {"config_sources": [{"path": str(folder), "schema": "file", "provider": "command-line"}]}}
+    assert preset_folders(OmegaConf.create(running)) == (folder,)
+    assert parse_run(tree).model.name == "mine"
 
 
 def test_every_recorded_run_of_a_study_is_named_and_hashed_as_it_recorded(tmp_path):

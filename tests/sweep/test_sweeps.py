@@ -119,6 +119,25 @@ def test_isoflop_trains_every_model_to_its_budget(hydra_conf):
     assert tokens["nano"] > tokens["micro"] > tokens["tiny"] > tokens["small"]
 
 
+def test_a_job_this_machine_cannot_run_is_planned_unsupported_in_its_own_words(hydra_conf):
+    """skip_unsupported: the plan's reason is the check's line alone; without it, the line names its job."""
+    from omegaconf import open_dict
+
+    for skip in ("true", "false"):
+        task = ["+sweep=precision", "precision=fp32,fp8_rowwise", "train.seed=0", f"skip_unsupported={skip}"]
+        cfg = composed([task[0], *SMALL_DATA])
+        with open_dict(cfg):  # as Hydra records the command line's overrides
+            cfg.hydra.overrides.task = [*task, *SMALL_DATA]
+        HydraConfig.instance().set_config(cfg)
+        if skip == "false":
+            with pytest.raises(ConfigError, match=r"^sweep job #1 \(precision=fp8_rowwise .*\): precision=fp8_rowwise"):
+                plan(cfg)
+            continue
+        jobs = {j.cfg.precision.name: j for j in plan(cfg)}
+        assert (jobs["fp32"].action, jobs["fp8_rowwise"].action) == ("run", "unsupported")
+        assert jobs["fp8_rowwise"].reason.startswith("precision=fp8_rowwise"), jobs["fp8_rowwise"].reason
+
+
 def test_the_plan_keys_jobs_like_train_prepare(hydra_conf, tmp_path):
     from omegaconf import OmegaConf
 

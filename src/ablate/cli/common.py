@@ -12,7 +12,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from ablate.cli.help import command_help
-from ablate.config import CONF_DIR, parse_run
+from ablate.config import CONF_DIR, parse_run, preset_folders
 from ablate.files import check_file_slots, check_writable_dir, clear_leftovers
 from ablate.host import interrupting_signal
 from ablate.oneline import fail, one_line
@@ -246,4 +246,4 @@ def compose_run(overrides: list[str]):
     cfg = _compose("config", overrides)
     setup_globals()
     HydraConfig.instance().set_config(cfg)
-    return parse_run(resolved_task(cfg))
+    return parse_run(resolved_task(cfg), preset_folders(cfg.hydra))

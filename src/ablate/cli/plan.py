@@ -11,7 +11,7 @@ plans/<model>-<hardware>/). The work is in plan/.
 from __future__ import annotations
 
 from ablate.cli.common import claim_output, hydra_main
-from ablate.config import parse_plan
+from ablate.config import parse_plan, preset_folders
 from ablate.oneline import one_line
 from ablate.plan import choose_mfu, make_plan, planning_hardware, render
 from ablate.scaling import load_fit
@@ -21,10 +21,11 @@ EXAMPLE = "ablate plan model=gpt_1p5b precision=bf16_pure hardware=h200 budget.t
 
 
 def task(cfg) -> dict:
+    from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
     with one_line():
-        inputs = parse_plan(OmegaConf.to_container(cfg, resolve=True))
+        inputs = parse_plan(OmegaConf.to_container(cfg, resolve=True), preset_folders(HydraConfig.get()))
         claim_output(inputs.plan.out, "out")
         hw = planning_hardware(inputs.hardware, inputs.precision)
         fit = load_fit(inputs.plan.fit) if inputs.plan.fit else None

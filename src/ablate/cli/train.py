@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ablate.cli.common import hydra_main
-from ablate.config import UnsupportedError, parse_run
+from ablate.config import UnsupportedError, parse_run, preset_folders
 from ablate.files import check_file_slots, check_writable_dir, redact_files, write_json
 from ablate.host import interrupting_signal
 from ablate.hydra_app import hydra_node, resolved_task
@@ -46,7 +46,7 @@ def task(cfg, run_cfg=None, prepared=None, agent=None) -> dict:
     if prepared is None:
         with one_line():
             try:
-                run_cfg, prepared = _parse_and_prepare(cfg, context)
+                run_cfg, prepared = _parse_and_prepare(cfg, context, preset_folders(hc))
             except UnsupportedError as exc:
                 if not (context.in_sweep and cfg.get("skip_unsupported")):
                     raise
@@ -113,14 +113,14 @@ def _progress_file(out_dir: Path, context) -> Path | None:
     return out_dir / PROGRESS_FILE if context.in_sweep else None
 
 
-def _parse_and_prepare(cfg, context):
+def _parse_and_prepare(cfg, context, folders):
     """A sweep job's (RunConfig, Prepared or Family), its run named by what sets it apart from the
     sweep's other jobs: the UI's legends then read "precision=bf16"."""
     from omegaconf import OmegaConf
 
     from ablate.run import branches, prepare
 
-    run_cfg = parse_run(OmegaConf.to_container(cfg, resolve=True))
+    run_cfg = parse_run(OmegaConf.to_container(cfg, resolve=True), folders)
     if context.label and not context.label.startswith("#") and run_cfg.tracking.run_name is None:
         run_cfg = dataclasses.replace(run_cfg, tracking=dataclasses.replace(run_cfg.tracking, run_name=context.label))
     return run_cfg, branches.prepare_family(run_cfg) if branches.is_family(run_cfg) else prepare.prepare(run_cfg)
@@ -134,7 +134,7 @@ def one_run(cfg):
     that tracks gets a tracking agent (tracking/agent.py) that imports the store's code while this
     process imports torch, and opens the store only once every check has passed; closed at the
     end of the command."""
-    run_cfg = parse_run(resolved_task(cfg))
+    run_cfg = parse_run(resolved_task(cfg), preset_folders(cfg.hydra))
     # The cheap checks of what prepare checks too, before its imports (torch) cost seconds.
     check_writable_dir(run_cfg.state_dir, "state_dir")
     tracking = run_cfg.tracking

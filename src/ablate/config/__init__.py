@@ -62,7 +62,15 @@ from ablate.config.plan import (
     PlanInputs,
     parse_plan,
 )
-from ablate.config.presets import CONF_DIR, CONF_MODULE, CONF_PATH, group_options, read_preset, real_name
+from ablate.config.presets import (
+    CONF_DIR,
+    CONF_MODULE,
+    CONF_PATH,
+    group_options,
+    preset_folders,
+    read_preset,
+    real_name,
+)
 from ablate.config.run import (
     BUDGET_KEYS,
     DEVICE_KINDS,
@@ -188,6 +196,7 @@ __all__ = [
     "require_positive",
     # where the presets live, and the name of what a config holds
     "read_preset",
+    "preset_folders",
     "real_name",
     "CONF_DIR",
     "CONF_MODULE",

@@ -1,7 +1,7 @@
 """The launchers' settings (hydra.launcher): the process launchers' (sequential, parallel) and the
 submitit launcher's (slurm, submitit_local). These dataclasses are the schema Hydra composes against:
 each plugin registers them in Hydra's ConfigStore with its `_target_` (hydra_plugins/*/config.py),
-so an unknown key or a value of the wrong type stops at composition, in one line (cli/common.explain);
+so an unknown key or a value of the wrong type stops at composition, in one line (oneline.explain);
 the launcher parses its arguments with them again when Hydra builds it, for the ranges a type cannot
 say, before the sweep's first job is planned, so that a bad `hydra.launcher.*` leaves nothing behind."""
 

@@ -5,7 +5,9 @@ hardware slices of the training schema (config/run.py)."""
 from __future__ import annotations
 
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from ablate.config.run import HardwareConfig, ModelConfig, PrecisionConfig
 from ablate.config.schema import build, coerce, require_at_most, require_positive
@@ -141,8 +143,9 @@ PLAN_KEYS = {"model", "precision", "hardware", "budget", "data"} | {
 }
 
 
-def parse_plan(tree: dict) -> PlanInputs:
-    """Typed, validated slices from the composed conf/plan.yaml tree (a plain dict)."""
+def parse_plan(tree: dict, preset_folders: Sequence[Path] = ()) -> PlanInputs:
+    """Typed, validated slices from the composed conf/plan.yaml tree (a plain dict); the model and
+    hardware named from the package's presets and the user's `preset_folders` (--config-dir)."""
     tree = {k: v for k, v in tree.items() if k != "hydra"}
     for key in tree:
         if key not in PLAN_KEYS:
@@ -167,7 +170,7 @@ def parse_plan(tree: dict) -> PlanInputs:
             "e.g. model.vocab_size=27 for the synthetic language or 50257 for GPT-2's BPE)"
         )
     # Named as the user chose them (ModelConfig.named); the context is the plan's own key, and the plan says it.
-    model, hardware = model.named(), hardware.named()
+    model, hardware = model.named(preset_folders), hardware.named(preset_folders)
     if plan.context is not None:
         model = replace(model, block_size=plan.context)
     for part in (model, precision, hardware, plan):

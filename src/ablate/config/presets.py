@@ -2,7 +2,9 @@
 pkg://ablate.conf wherever the package is installed, so `ablate` works from any folder. A user's
 own presets sit in a folder of their own, laid out as the config groups (DIR/model/NAME.yaml,
 DIR/sweep/NAME.yaml, ...), and come in through Hydra's `--config-dir DIR`, which puts that folder
-after the package's in the search path: a preset of the user's adds an option to its group.
+after the package's in the search path: a preset of the user's adds an option to its group. Reading
+a preset here, those folders are given by the caller (`folders`: the app's, hydra_app.preset_folders),
+never looked up in a running Hydra app.
 
 A config is recorded under the name of what it holds (`real_name`, docs/configuration.md#names):
 its preset's name, with each key it changes of those the name stands for (nano.n_layer_12)."""
@@ -10,7 +12,7 @@ its preset's name, with each key it changes of those the name stands for (nano.n
 from __future__ import annotations
 
 import dataclasses
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -40,18 +42,26 @@ def group_options(group: str, config_dir: str | None = None) -> list[str]:
     return sorted(files | stored)
 
 
-def read_preset(group: str, name: str, depth: int = 0) -> dict | None:
+def preset_folders(hydra_node) -> tuple[Path, ...]:
+    """The user's preset folders on a composed config's search path (`hydra_node`: its `hydra` node,
+    or HydraConfig.get() in a task): the file sources Hydra composed from (--config-dir), in its
+    order. The package's own are pkg:// sources, read from CONF_DIR."""
+    sources = (hydra_node.get("runtime") or {}).get("config_sources") or []
+    return tuple(Path(s["path"]) for s in sources if s.get("schema") == "file" and s.get("path"))
+
+
+def read_preset(group: str, name: str, folders: Sequence[Path] = (), depth: int = 0) -> dict | None:
     """The preset GROUP/NAME.yaml as Hydra composes it alone (OmegaConf's YAML: 1.95e13 is a number;
     a defaults list of the group's own presets merged in its order, _self_ last unless placed), from
-    the package's presets, else from a user's own folder on the search path of the Hydra app now
-    running (--config-dir). None where there is no such file (a name of the user's own, such as
-    custom) or its defaults reach beyond its group."""
+    the package's presets, else from the user's own `folders` (--config-dir), in Hydra's order. None
+    where there is no such file (a name of the user's own, such as custom) or its defaults reach
+    beyond its group."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     if safe_name(name) != name or depth > MAX_DEFAULTS_DEPTH:  # ../x is no file name of the group
         return None
-    path = next((p for p in (root / group / f"{name}.yaml" for root in _search_path()) if p.is_file()), None)
+    path = next((p for p in (root / group / f"{name}.yaml" for root in (CONF_DIR, *folders)) if p.is_file()), None)
     if path is None:
         return None
     try:
@@ -65,7 +75,9 @@ def read_preset(group: str, name: str, depth: int = 0) -> dict | None:
         defaults = [*defaults, "_self_"]
     composed: dict = {}
     for entry in defaults:
-        base = tree if entry == "_self_" else read_preset(group, entry, depth + 1) if isinstance(entry, str) else None
+        base: dict | None = tree
+        if entry != "_self_":
+            base = read_preset(group, entry, folders, depth + 1) if isinstance(entry, str) else None
         if base is None:
             return None
         merged = OmegaConf.to_container(OmegaConf.merge(composed, base), resolve=False)
@@ -73,29 +85,19 @@ def read_preset(group: str, name: str, depth: int = 0) -> dict | None:
     return composed
 
 
-def _search_path() -> list[Path]:
-    """The package's presets, then the folders of the Hydra app now running (hydra.searchpath: what
-    --config-dir adds), in Hydra's order. No Hydra loaded: no app runs, the package's alone."""
-    roots = [CONF_DIR]
-    hydra = sys.modules.get("hydra.core.hydra_config")
-    if hydra is not None and hydra.HydraConfig.initialized():
-        from omegaconf import OmegaConf
-
-        sources = OmegaConf.select(hydra.HydraConfig.get(), "runtime.config_sources", default=None) or []
-        roots += [Path(s.path) for s in sources if s.get("schema") == "file" and s.get("path")]
-    return roots
-
-
-def real_name(group: str, part, keys: tuple[str, ...], name: str | None = None) -> str | None:
+def real_name(
+    group: str, part, keys: tuple[str, ...], name: str | None = None, folders: Sequence[Path] = ()
+) -> str | None:
     """The name of what `part` (a config slice of `group`) holds, or None where its preset (`name`,
-    else part.name: GROUP/NAME.yaml) is not found. Each of `keys` the preset fixes and `part` holds
-    otherwise is added to the preset's name as .KEY_VALUE, in the order of `keys`, so the name stays
+    else part.name: GROUP/NAME.yaml, in the package's presets or the user's `folders`) is not found.
+    Each of `keys` the preset fixes and `part` holds otherwise is added to the preset's name as
+    .KEY_VALUE, in the order of `keys`, so the name stays
     one path component and one unquoted Hydra value: nano with 12 layers is nano.n_layer_12, an h100
     with 40 GB is h100.memory_gb_40, one entry of a mapping .peak_flops.bf16_2e15. A key the preset
     leaves null or empty (a model's vocab_size: the data's; a device kind's peak_flops: measured)
     takes any value, and a key the file leaves out stands at the schema's default."""
     name = part.name if name is None else name
-    fixed = read_preset(group, name)
+    fixed = read_preset(group, name, folders)
     if fixed is None:
         return None
     defaults = {f.name: f.default for f in dataclasses.fields(part) if f.default is not dataclasses.MISSING}

@@ -6,7 +6,9 @@ slice (a `ModelConfig`, never the whole tree).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ablate.config.data import DataConfig, parse_data
@@ -113,11 +115,13 @@ class ModelConfig:
     # same size, and is recorded under its own key.
     NAMED_BY = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
 
-    def named(self) -> ModelConfig:
-        """This model under the name of what it holds (presets.real_name), its preset kept in
-        `preset`; a name without a preset file (custom, a user's own) stays as given."""
+    def named(self, folders: Sequence[Path] = ()) -> ModelConfig:
+        """This model under the name of what it holds (presets.real_name over the package's presets
+        and the user's `folders`), its preset kept in `preset`; a name without a preset file (custom,
+        a user's own not in `folders`) stays as given."""
         preset = self.preset or self.name
-        return replace(self, name=real_name("model", self, self.NAMED_BY, preset) or self.name, preset=preset)
+        name = real_name("model", self, self.NAMED_BY, preset, folders)
+        return replace(self, name=name or self.name, preset=preset)
 
     def validate(self) -> None:
         for key in ("n_layer", "n_head", "n_embd", "block_size"):
@@ -320,10 +324,11 @@ class HardwareConfig:
     # GPU count and the workers are how it is rented and used, and leave it the same hardware.
     NAMED_BY = ("device", "peak_flops", "memory_gb", "memory_bandwidth_gbs", "cuda_capability")
 
-    def named(self) -> HardwareConfig:
-        """This hardware under the name of what it holds (an h100 with 40 GB: h100.memory_gb_40); not
-        hashed (provenance.HASH_EXCLUDED), so no preset is kept beside it."""
-        return replace(self, name=real_name("hardware", self, self.NAMED_BY) or self.name)
+    def named(self, folders: Sequence[Path] = ()) -> HardwareConfig:
+        """This hardware under the name of what it holds (an h100 with 40 GB: h100.memory_gb_40), its
+        preset read from the package's presets or the user's `folders`; not hashed, so no preset is
+        kept beside it."""
+        return replace(self, name=real_name("hardware", self, self.NAMED_BY, folders=folders) or self.name)
 
     def validate(self) -> None:
         for k, v in self.peak_flops.items():
@@ -586,8 +591,9 @@ SECTIONS = {
 }
 
 
-def parse_run(tree: dict) -> RunConfig:
-    """Build and validate a RunConfig from a plain (resolved) dict."""
+def parse_run(tree: dict, preset_folders: Sequence[Path] = ()) -> RunConfig:
+    """Build and validate a RunConfig from a plain (resolved) dict; its model and hardware named from
+    the package's presets and the user's `preset_folders` (--config-dir: hydra_app.preset_folders)."""
     tree = dict(tree)
     tree.pop("hydra", None)
     tree.pop("sweep", None)
@@ -609,7 +615,7 @@ def parse_run(tree: dict) -> RunConfig:
         part.validate()
     # A preset with a size of its own is recorded under the name of what it trains, not the preset's
     # (precision, whose name is its numbers, refuses a contradiction instead: _check_name).
-    run.model, run.hardware = run.model.named(), run.hardware.named()
+    run.model, run.hardware = run.model.named(preset_folders), run.hardware.named(preset_folders)
     check_optimizer_fits(run)
     key, value = budget(run.train)
     if isinstance(value, list) and run.optim.schedule != "wsd":

@@ -20,12 +20,14 @@ runs both in a process forked from the warm worker (sweep/launch/pool.py).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ablate.config import ConfigError, UnsupportedError, budget, parse_run
+from ablate.config import ConfigError, UnsupportedError, budget, parse_run, preset_folders
 from ablate.model import accounting
 from ablate.run import busy_with, checkpoint, decide
 from ablate.tracking import CONFIG_HASH_TAG, existing_run, quiet_store_logs, sqlite_path
@@ -61,20 +63,17 @@ class PlannedJob:
 def compose(loader, config, batch: list[list[str]], first_num: int = 0) -> list[PlannedJob]:
     """Every job of a batch composed once from the sweep's config, as the launcher would compose it
     (Hydra's config loader), and parsed (PlannedJob.cfg); job N of the batch is job first_num + N.
-    A job that does not parse raises ConfigError naming it; one Hydra cannot compose raises
-    Hydra's error with `job_num` and `job_overrides` on it, for the caller to explain."""
+    What goes wrong names its job (of_job)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import filter_overrides
     from omegaconf import OmegaConf, open_dict, read_write
 
     jobs = []
+    folders = preset_folders(config.hydra)
     try:
         for num, overrides in enumerate(batch, start=first_num):
-            try:
+            with of_job(num, list(filter_overrides(overrides))):
                 composed = loader.load_sweep_config(config, list(overrides))
-            except Exception as exc:
-                exc.job_num, exc.job_overrides = num, list(filter_overrides(overrides))
-                raise
             job_cfg = copy.deepcopy(composed)
             with open_dict(job_cfg):
                 job_cfg.hydra.job.id = num
@@ -84,10 +83,8 @@ def compose(loader, config, batch: list[list[str]], first_num: int = 0) -> list[
             job = PlannedJob(num, list(filter_overrides(overrides)), str(job_dir.absolute()), composed=composed)
             with read_write(job_cfg), open_dict(job_cfg):
                 del job_cfg["hydra"]
-            try:
-                job.cfg = parse_run(OmegaConf.to_container(job_cfg, resolve=True))
-            except ConfigError as exc:
-                raise ConfigError(f"sweep job #{num} ({' '.join(job.overrides)}): {exc}") from None
+            with of_job(num, job.overrides):
+                job.cfg = parse_run(OmegaConf.to_container(job_cfg, resolve=True), folders)
             jobs.append(job)
     finally:
         HydraConfig.instance().set_config(config)
@@ -105,19 +102,33 @@ def assess(jobs: list[PlannedJob]) -> list[PlannedJob]:
     caches: dict = {}
     for job in jobs:
         try:
-            if is_family(job.cfg):
-                job.config_hash, job.total_steps, job.cost_flops, job.branch_hashes = family_key(job.cfg, caches)
-                job.points = [caches[POINTS][h] for h in job.branch_hashes]
-            else:
-                job.config_hash, job.total_steps, job.cost_flops = key(job.cfg, caches)
-                job.points = [caches[POINTS][job.config_hash]]
+            with of_job(job.num, job.overrides):
+                if is_family(job.cfg):
+                    job.config_hash, job.total_steps, job.cost_flops, job.branch_hashes = family_key(job.cfg, caches)
+                    job.points = [caches[POINTS][h] for h in job.branch_hashes]
+                else:
+                    job.config_hash, job.total_steps, job.cost_flops = key(job.cfg, caches)
+                    job.points = [caches[POINTS][job.config_hash]]
         except UnsupportedError as exc:
             if not job.cfg.skip_unsupported:
-                raise ConfigError(f"sweep job #{job.num} ({' '.join(job.overrides)}): {exc}") from None
-            job.action, job.reason = "unsupported", str(exc)
-        except ConfigError as exc:
-            raise ConfigError(f"sweep job #{job.num} ({' '.join(job.overrides)}): {exc}") from None
+                raise
+            job.action, job.reason = "unsupported", exc.said
     return jobs
+
+
+@contextlib.contextmanager
+def of_job(num: int, overrides: list[str]) -> Iterator[None]:
+    """What goes wrong inside names sweep job #num: a ConfigError's one line starts with the job
+    ("sweep job #3 (model=nano): ..."), keeping its own words in `said`; any other error (Hydra's,
+    which the sweeper explains) carries `job_num` and `job_overrides`. Its type stays as raised."""
+    try:
+        yield
+    except Exception as exc:
+        exc.job_num, exc.job_overrides = num, overrides
+        if isinstance(exc, ConfigError) and not hasattr(exc, "said"):
+            exc.said = str(exc)
+            exc.args = (f"sweep job #{num} ({' '.join(overrides)}): {exc.said}",)
+        raise
 
 
 POINTS = "points"  # caches[POINTS]: {config hash: (params, tokens, training split's tokens)}, filled by key

@@ -107,10 +107,9 @@ class Pool:
         reply = worker.replies.pop(call_id)
         try:
             return reply.value()
-        except ConfigError:  # a one-line error stays one line
-            raise
-        except Exception as exc:  # anything else keeps its traceback
-            exc.add_note(f"in the process forked from the sweep's worker:\n{reply.trace or reply.message['error']}")
+        except Exception as exc:
+            if not isinstance(exc, ConfigError):  # a one-line error stays one line; anything else keeps its traceback
+                exc.add_note(f"in the process forked from the sweep's worker:\n{reply.trace or reply.message['error']}")
             raise
 
     def wait(self, timeout: float) -> list[Exited]:
