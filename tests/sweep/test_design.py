@@ -157,3 +157,21 @@ def test_the_launchers_jobs_at_once_come_from_its_own_settings():
     unresolved = composed("hydra/launcher=basic")
     unresolved.hydra.launcher = {"_target_": "some.OtherLauncher", "queue": "${nosuch.key}"}
     assert launch_at_once(unresolved, five) == AtOnce(None, "the launcher's concurrency is not known")
+
+
+def test_speeds_recorded_far_apart_are_named_with_the_time():
+    """femto's 200-step runs on one shared 2-core machine: 4,311 and 1,353 tokens/s while other work
+    held the cores, 123,627 once it had gone quiet (measured here). The median times it; the
+    fastest and slowest say how far the machine's load moved it."""
+    from ablate.perf.recorded_speed import Speed
+
+    speeds = [Speed("femto", "fp32", "cpu", v, 4e5, "result.json", tokens=204_800) for v in (4311, 1353, 123_627)]
+    job = planned("femto", 200, 4e5, tokens_per_step=1024)
+    line = design_lines([job, planned("pico", 200, 1e6)], speeds, AtOnce(2, "2 jobs at a time"))[-1]
+    # femto 48 s (2 s to 151 s); pico's 409,600 x 1e6 FLOPs at femto's FLOP rate: 238 s (8 s to 757 s);
+    # two at a time, the user waits for pico
+    assert line.startswith("time: about 4 min (8 s to 13 min at the fastest and slowest of the speeds recorded), 2")
+    summed = design_lines([job, planned("pico", 200, 1e6)], speeds)[-1]
+    assert summed.startswith("time: about 5 min of training summed over the 2 jobs to run (10 s to 15 min at the")
+    steady = [Speed("femto", "fp32", "cpu", v, 4e5, "result.json", tokens=204_800) for v in (4311, 4000)]
+    assert "fastest and slowest" not in design_lines([job, planned("pico", 200, 1e6)], steady)[-1]

@@ -181,7 +181,7 @@ def time_line(jobs: list, speeds: list, at_once: AtOnce = UNKNOWN) -> str | None
     todo = [j for j in jobs if j.action in ("run", "resume") and getattr(j, "cfg", None) is not None]
     if not todo:
         return None
-    times: list[float] = []
+    times: list[tuple[float, float, float]] = []  # each job's at the median, fastest and slowest speed
     exact, scaled, unknown, sources = 0, 0, 0, set()
     for j in todo:
         device = j.cfg.hardware.device
@@ -189,7 +189,7 @@ def time_line(jobs: list, speeds: list, at_once: AtOnce = UNKNOWN) -> str | None
         same = [s for s in usable if (s.model, s.precision) == (j.cfg.model.name, j.cfg.precision.name)]
         tokens = j.total_steps * j.cfg.train.sequences_per_step * j.cfg.model.block_size
         if same:
-            times.append(tokens / statistics.median(s.tokens_per_s for s in nearest_in_length(same, tokens)))
+            times.append(_at(tokens, [s.tokens_per_s for s in nearest_in_length(same, tokens)]))
             exact += 1
             sources |= {s.source for s in same}
             continue
@@ -200,8 +200,7 @@ def time_line(jobs: list, speeds: list, at_once: AtOnce = UNKNOWN) -> str | None
         per_token = j.cost_flops / max(tokens, 1)
         closest = min(abs(math.log(s.flops_per_token / per_token)) for s in near)
         model = [s for s in near if abs(math.log(s.flops_per_token / per_token)) == closest]
-        rate = statistics.median(s.tokens_per_s * s.flops_per_token for s in nearest_in_length(model, tokens))
-        times.append(j.cost_flops / rate)
+        times.append(_at(j.cost_flops, [s.tokens_per_s * s.flops_per_token for s in nearest_in_length(model, tokens)]))
         scaled += 1
         sources |= {s.source for s in model}
     if exact + scaled == 0:
@@ -216,10 +215,28 @@ def time_line(jobs: list, speeds: list, at_once: AtOnce = UNKNOWN) -> str | None
     how += [f"{scaled} at the FLOP rate of the recorded model nearest in FLOPs per token"] * (scaled > 0)
     how += [f"{unknown} with no recorded speed, not counted"] * (unknown > 0)
     measured = f"from speeds measured on this machine ({'; '.join(how)}; from {' and '.join(sorted(sources))})"
-    summed = f"{_duration(sum(times))} of training summed over the {len(todo)} jobs to run"
+    summed = f"{_duration(sum(t[0] for t in times))} of training summed over the {len(todo)} jobs to run"
     if at_once.slots is None:
-        return f"time: about {summed} ({at_once.how}), {measured}"
-    return f"time: about {_duration(_wall(times, at_once.slots))}, {at_once.how}: {summed}, {measured}"
+        return f"time: about {summed}{_spread(times, 1)} ({at_once.how}), {measured}"
+    wall = _duration(_wall([t[0] for t in times], at_once.slots))
+    return f"time: about {wall}{_spread(times, at_once.slots)}, {at_once.how}: {summed}, {measured}"
+
+
+SPREAD = 1.5  # recorded speeds this far apart (slowest to fastest) are named with the time
+
+
+def _at(work: float, rates: list[float]) -> tuple[float, float, float]:
+    """The time `work` (tokens, or FLOPs) takes at the median, the fastest and the slowest rate."""
+    return work / statistics.median(rates), work / max(rates), work / min(rates)
+
+
+def _spread(times: list[tuple[float, float, float]], slots: int) -> str:
+    """The wall time at the fastest and at the slowest recorded speeds, where they differ by more than
+    SPREAD: the same model on the same machine measured at other times (another load on its cores)."""
+    fast, slow = (_wall([t[k] for t in times], slots) for k in (1, 2))
+    if slow <= SPREAD * fast:
+        return ""
+    return f" ({_duration(fast)} to {_duration(slow)} at the fastest and slowest of the speeds recorded)"
 
 
 def _wall(times: list[float], slots: int) -> float:
