@@ -5,6 +5,7 @@ and other packages import only that. The tests' own layout too: tests/<package>/
 mirrors src/ablate/, shared set-up is in fixtures, and no file under tests/ imports another test file."""
 
 import ast
+import re
 import subprocess
 import sys
 from itertools import pairwise
@@ -530,3 +531,16 @@ def test_an_init_imports_nothing_but_its_api(package):
     tree = ast.parse((SRC / package / "__init__.py").read_text())
     imported = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert imported == ["from ablate.api import lazy_api"]
+
+
+def test_the_layer_figure_names_every_package_and_bottom_module():
+    """docs/architecture.md's figure of the layers, drawn from the code: every package of LAYERS and
+    every module and subpackage of the bottom layer (api.py was once left out)."""
+    doc = (SRC.parents[1] / "docs" / "architecture.md").read_text()
+    figure = next(block for block in doc.split("```text")[1:] if block.lstrip().startswith("cli/"))
+    figure = figure.split("```")[0]
+    named = set(re.findall(r"[\w]+(?:\.py|/)", figure))
+    bottom = {p.name for p in SRC.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    bottom |= {f"{p}/" for p in BOTTOM}
+    packages = {f"{p}/" for layer in LAYERS[1:] for p in layer}
+    assert bottom | packages <= named, sorted((bottom | packages) - named)
