@@ -3,6 +3,9 @@ the fit's own design checks (scaling.design_reasons), and which runs to add."""
 
 from types import SimpleNamespace
 
+import pytest
+
+from ablate.config import ConfigError
 from ablate.scaling import design_reasons
 from ablate.sweep.design import AtOnce, design_lines, launch_at_once
 
@@ -153,7 +156,9 @@ def test_the_launchers_jobs_at_once_come_from_its_own_settings():
     assert launch_at_once(composed("hydra/launcher=ablate_submitit_local"), five).slots == 5
     basic = launch_at_once(composed("hydra/launcher=basic"), five)
     assert basic == AtOnce(1, "one job at a time (Hydra's basic launcher)")
-    assert launch_at_once(composed("hydra/launcher=parallel", "hydra.launcher.workers=0"), five).slots is None
+    # settings the launcher refuses when Hydra builds it, before the plan, are refused here in its words
+    with pytest.raises(ConfigError, match=r"^hydra\.launcher\.workers=0 is invalid"):
+        launch_at_once(composed("hydra/launcher=parallel", "hydra.launcher.workers=0"), five)
     unresolved = composed("hydra/launcher=basic")
     unresolved.hydra.launcher = {"_target_": "some.OtherLauncher", "queue": "${nosuch.key}"}
     assert launch_at_once(unresolved, five) == AtOnce(None, "the launcher's concurrency is not known")

@@ -61,7 +61,7 @@ def launch_at_once(config, jobs: list) -> AtOnce:
     start fewer), Hydra's basic launcher one at a time; UNKNOWN for any other launcher."""
     from omegaconf.errors import OmegaConfBaseException
 
-    from ablate.config import ConfigError, parse_process_settings, parse_submitit_settings
+    from ablate.config import parse_process_settings, parse_submitit_settings
     from ablate.hydra_app import hydra_node
 
     n = max(1, sum(1 for j in jobs if j.action in ("run", "resume")))
@@ -70,28 +70,26 @@ def launch_at_once(config, jobs: list) -> AtOnce:
     except OmegaConfBaseException:
         return UNKNOWN
     target = str(launcher.get("_target_", ""))
-    try:
-        if target.endswith(".ProcessLauncher"):
-            from ablate.sweep.launch.process import launcher_gpus, resources
+    # The launcher parsed these settings when Hydra built it, before the plan: they parse here too.
+    if target.endswith(".ProcessLauncher"):
+        from ablate.sweep.launch.process import launcher_gpus, resources
 
-            settings = parse_process_settings(launcher)
-            res = resources(settings, n, available_cores(), launcher_gpus(settings, config))
-            gpus = f", {res.gpus.per_job} GPU{'s' * (res.gpus.per_job > 1)} each" if res.gpus else ""
-            return AtOnce(
-                res.workers, f"{_jobs(res.workers)} at a time, {res.threads} thread{'s' * (res.threads > 1)} each{gpus}"
-            )
-        if target.endswith(".SubmititLauncher"):
-            settings = parse_submitit_settings(launcher)
-            if settings.cluster == "local":
-                return AtOnce(n, f"{_jobs(n)} at once (submitit's local executor)")
-            slots = min(settings.array_parallelism, n)
-            return AtOnce(
-                slots,
-                f"{_jobs(slots)} at a time at most (hydra.launcher.array_parallelism), not counting SLURM's "
-                "queue, at this machine's speeds, not its nodes'",
-            )
-    except ConfigError:  # the launcher refuses it itself, in one line, when it starts the jobs
-        return UNKNOWN
+        settings = parse_process_settings(launcher)
+        res = resources(settings, n, available_cores(), launcher_gpus(settings, config))
+        gpus = f", {res.gpus.per_job} GPU{'s' * (res.gpus.per_job > 1)} each" if res.gpus else ""
+        return AtOnce(
+            res.workers, f"{_jobs(res.workers)} at a time, {res.threads} thread{'s' * (res.threads > 1)} each{gpus}"
+        )
+    if target.endswith(".SubmititLauncher"):
+        settings = parse_submitit_settings(launcher)
+        if settings.cluster == "local":
+            return AtOnce(n, f"{_jobs(n)} at once (submitit's local executor)")
+        slots = min(settings.array_parallelism, n)
+        return AtOnce(
+            slots,
+            f"{_jobs(slots)} at a time at most (hydra.launcher.array_parallelism), not counting SLURM's "
+            "queue, at this machine's speeds, not its nodes'",
+        )
     if target.endswith(".BasicLauncher"):
         return AtOnce(1, "one job at a time (Hydra's basic launcher)")
     return UNKNOWN
