@@ -59,6 +59,13 @@ def test_a_huge_whitespace_free_run_trains_in_bounded_time(request, tmp_path):
     reliability.record(request, f"exit 0 in {took:.0f} s (20 MB took 15 min and 766 MB before runs were cut at 256)")
 
 
+def default_sigint() -> None:
+    """Ctrl-C as a terminal delivers it: a suite started in the background of a non-interactive
+    shell (`make test &`) ignores SIGINT, and exec keeps an ignored signal ignored (POSIX), so the
+    command would never see it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.ledger("fault", "{name} to `ablate prepare` while it trains its tokenizer")
 @pytest.mark.parametrize("name, signum", [("SIGTERM", signal.SIGTERM), ("Ctrl-C (SIGINT)", signal.SIGINT)])
 def test_a_signal_stops_tokenizer_training_at_once(request, tmp_path, name, signum):
@@ -68,7 +75,7 @@ def test_a_signal_stops_tokenizer_training_at_once(request, tmp_path, name, sign
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "ablate", "prepare", "progress=false", "paths=text.txt", "vocab_size=60000", "out=tok"],
-        cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=default_sigint,
     )  # fmt: skip
     line = proc.stderr.readline()
     assert line.startswith("prepare: "), line
