@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from ablate.files import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +42,7 @@ def register(item) -> None:
     marker = item.get_closest_marker("ledger")
     if marker is None:
         return
+    item.add_marker(pytest.mark.reliability)  # a ledger row is part of the suite that writes the ledger
     section, case = marker.args
     params = getattr(getattr(item, "callspec", None), "params", {})
     ident = getattr(getattr(item, "callspec", None), "id", "")
