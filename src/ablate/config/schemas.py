@@ -17,17 +17,10 @@ from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
 
-from ablate.config.run import HardwareConfig, ModelConfig, OptimConfig, PrecisionConfig, TrackingConfig, TrainConfig
+from ablate.config.run import SECTIONS
 from ablate.config.schema import as_dict
 
-SCHEMAS: dict[str, type] = {
-    "model": ModelConfig,
-    "precision": PrecisionConfig,
-    "hardware": HardwareConfig,
-    "optim": OptimConfig,
-    "train": TrainConfig,
-    "tracking": TrackingConfig,
-}
+SCHEMAS: dict[str, type] = SECTIONS  # a run's sections, each group's schema
 SCHEMA_PREFIX = "base_"
 
 
