@@ -52,6 +52,12 @@ class ArmFigures:
     val_loss_delta_resolved: bool | None  # the interval excludes 0; None without one
 
 
+# What the summary computes for a row, written by record() after the run's own figures: a recorded
+# summary's values of these are computed again, never kept as the run's figures (kept, each would sit
+# where the older record had it, and a summary written from a summary would not be the same file).
+_COMPUTED = frozenset({"job_cpu_s", "profile", *(f.name for f in (*fields(Comparison), *fields(ArmFigures)))})
+
+
 @dataclass(frozen=True)
 class SummaryRow:
     label: str
@@ -150,7 +156,7 @@ class SummaryRow:
         record = {"label": self.label, "job": self.job, "overrides": self.overrides}
         record.update(self.result)
         record["job_cpu_s"] = self.job_cpu_s
-        record.update(self.filled)
+        record.update({k: v for k, v in self.filled.items() if k != "mfu_impossible"})
         record["mfu"] = self.mfu
         if self.mfu_impossible:
             record["mfu_impossible"] = True
@@ -167,12 +173,11 @@ def from_record(record: dict[str, Any]) -> SummaryRow:
     compared_keys = [f.name for f in fields(Comparison) if f.name in record]
     arm_keys = [f.name for f in fields(ArmFigures) if f.name in record]
     arm = ArmFigures(**{k: record[k] for k in arm_keys}) if len(arm_keys) == len(fields(ArmFigures)) else None
-    computed = {*_IDENTITY, "job_cpu_s", "profile", *compared_keys, *arm_keys}
     return SummaryRow(
         label=record["label"],
         job=str(record["job"]),
         overrides=record.get("overrides") or {},
-        result={k: v for k, v in record.items() if k not in computed},
+        result={k: v for k, v in record.items() if k not in _IDENTITY and k not in _COMPUTED},
         job_cpu_s=record.get("job_cpu_s"),
         comparison=Comparison(**{k: record[k] for k in compared_keys}),
         arm=arm,
@@ -247,8 +252,9 @@ def filled_from_record(rows: list[SummaryRow], recorded: object) -> list[Summary
     for r in rows:
         old = before.get((r.job, r.mlflow_run_id))
         if r.status == "skipped" and old is not None and r.final_val_loss is None:
-            filled = {k: v for k, v in old.items() if k not in _IDENTITY and v is not None}
-            r = replace(r, filled=filled, job_cpu_s=filled.get("job_cpu_s", r.job_cpu_s))
+            filled = {k: v for k, v in old.items() if k not in _IDENTITY and k not in _COMPUTED and v is not None}
+            cpu_s = old.get("job_cpu_s")
+            r = replace(r, filled=filled, job_cpu_s=r.job_cpu_s if cpu_s is None else cpu_s)
         out.append(r)
     return out
 

@@ -51,7 +51,7 @@ from ablate.host import interrupting_signal
 from ablate.sweep.context import LAUNCHES_FILE, read_sweep_file
 from ablate.sweep.cost import cost_table, export_cost
 from ablate.sweep.rows import SummaryRow
-from ablate.sweep.summary import SweepSummary, recorded_summary, summarize
+from ablate.sweep.summary import POINTS, SweepSummary, recorded_summary, summarize
 
 STUDY_FILE = "study.yaml"
 # How long a study waits for its command to close its records after passing it a signal.
@@ -362,14 +362,24 @@ def readme(study_dir: Path, study: dict, summary: SweepSummary, launch_log: list
     parts += [
         "## Data",
         "",
-        f"- `{SWEEP_SUBDIR}/points.csv`: one row per finished run (params, tokens, loss, flops, "
-        "params_non_embedding, run_id), the input format of `ablate fit`.",
+        f"- `{SWEEP_SUBDIR}/{POINTS}`: one row per finished run ({_points_columns(study_dir / SWEEP_SUBDIR)}), "
+        "the input format of `ablate fit`.",
         f"- `{SWEEP_SUBDIR}/summary.json`: every row of the table with all recorded figures.",
         f"- `{STORE}`: the MLflow runs (experiment `{info.get('experiment', '?')}`), with every metric's history; "
         f"`mlflow ui --backend-store-uri sqlite:///$PWD/{rel}/{STORE}` shows them.",
         "",
     ]
     return "\n".join(parts)
+
+
+def _points_columns(sweep_dir: Path) -> str:
+    """The columns of the sweep's points file as its header names them (the fit's inputs, then the
+    row's label and one column per swept key), so the README lists what the file holds."""
+    try:
+        header = read_regular(sweep_dir / POINTS).decode(errors="replace").split("\n", 1)[0]
+    except OSError:
+        return "params, tokens, loss, flops, ..."
+    return ", ".join(next(csv.reader([header]), []))
 
 
 def _analysis_section(study_dir: Path, a: dict) -> list[str]:
