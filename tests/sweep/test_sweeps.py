@@ -177,6 +177,7 @@ def test_a_job_runs_the_config_its_plan_composed_without_composing_it_again(hydr
     from omegaconf import OmegaConf, open_dict
 
     from ablate.sweep.launch import process, worker
+    from ablate.sweep.launch.job import JobPlan
 
     cfg, jobs = _grid_sweep(tmp_path)
     loader = GlobalHydra.instance().config_loader()
@@ -190,7 +191,8 @@ def test_a_job_runs_the_config_its_plan_composed_without_composing_it_again(hydr
     # The worker's job decodes the config it is sent and runs it: seed 777 proves nothing was composed.
     context = HydraContext(config_loader=loader, callbacks=Callbacks())
     spec = cloudpickle.loads(process.spec(context, lambda c: c.train.seed, cfg))
-    wire = Call.decode(json.loads(call_line(1, "run", {"config": planned}))).args["config"]  # as the worker reads it
+    # as the worker reads it
+    wire = Call.decode(json.loads(call_line(1, "run", {"plan": JobPlan(planned)}))).args["plan"]
     ret: JobReturn = worker.run_one(spec, 1, list(jobs[1]), wire)
     assert ret.return_value == 777 and ret.hydra_cfg.hydra.job.num == 1
     assert worker.run_one(spec, 1, list(jobs[1])).return_value == 2  # no config sent: the job composes it
@@ -231,7 +233,9 @@ def test_the_grid_sweeper_plans_each_job_once_and_opens_the_sweep_with_its_plan(
         (0, "run", "train.seed=1"),
         (1, "run", "train.seed=2"),
     ]
-    assert sweep.composed(1).train.seed == 2 and sweep.composed(7) is None and len(seen) == 2
+    assert sweep.job_plan(1).composed.train.seed == 2 and sweep.job_plan(7) is None and len(seen) == 2
+    sent = sweep.job_plan(1).run  # parsed and hashed too: the job is sent its RunConfig and its hash
+    assert sent.cfg.train.seed == 2 and sent.hashes == (planned[1]["config_hash"],) and sent.device == "cpu"
     # a job that does not compose: one line naming the job, which the app says (exit 2)
     with pytest.raises(ConfigError, match=r"^sweep job #2 \(.* train\.nope=1\): unknown key train\.nope \(valid: "):
         sweeper.validate_batch_is_legal([[*jobs[0], "train.nope=1"]])

@@ -31,13 +31,15 @@ SUMMARY = (
 EXAMPLE = "ablate model=tiny precision=bf16 train.steps=300"
 
 
-def task(cfg, run_cfg=None, prepared=None, agent=None) -> dict:
+def task(cfg, run_cfg=None, prepared=None, agent=None, planned=None) -> dict:
     """Hydra task: one run. Returns the RunResult as a dict (the sweep summary reads result.json).
     A single run comes parsed and prepared (`run_cfg`, `prepared`: see one_run) with the tracking
-    agent the command started for it; a sweep's job parses and prepares its own config here."""
+    agent the command started for it. A sweep's job comes parsed by the sweep's plan (`planned`,
+    run/planned.py) and prepares that config here, checked to hash as the plan's; a job with no
+    plan (an Optuna study's trial) parses its own."""
     from hydra.core.hydra_config import HydraConfig
 
-    from ablate.run import branches, preemption, train  # torch: imported once the config is known to be good
+    from ablate.run import PlanChanged, branches, preemption, train  # torch: once the config is known to be good
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
@@ -46,7 +48,12 @@ def task(cfg, run_cfg=None, prepared=None, agent=None) -> dict:
     if prepared is None:
         with one_line():
             try:
-                run_cfg, prepared = _parse_and_prepare(cfg, context, preset_folders(hc))
+                run_cfg, prepared = _parse_and_prepare(cfg, context, preset_folders(hc), planned)
+            except PlanChanged as exc:  # the job's row says so, and the sweep goes on
+                print(f"error: {exc}", file=sys.stderr)
+                record = {"status": "failed", "reason": str(exc)}
+                write_json(out_dir / RESULT_FILE, record)
+                return record
             except UnsupportedError as exc:
                 if not (context.in_sweep and cfg.get("skip_unsupported")):
                     raise
@@ -113,16 +120,19 @@ def _progress_file(out_dir: Path, context) -> Path | None:
     return out_dir / PROGRESS_FILE if context.in_sweep else None
 
 
-def _parse_and_prepare(cfg, context, folders):
+def _parse_and_prepare(cfg, context, folders, planned=None):
     """A sweep job's (RunConfig, Prepared or Family), its run named by what sets it apart from the
-    sweep's other jobs: the UI's legends then read "precision=bf16"."""
+    sweep's other jobs: the UI's legends then read "precision=bf16". `planned`: the config as the
+    sweep's plan parsed it, prepared to the plan's hashes (PlanChanged otherwise); None: parsed here."""
     from omegaconf import OmegaConf
 
-    from ablate.run import branches, prepare
+    from ablate.run import branches, prepare, prepare_planned
 
-    run_cfg = parse_run(OmegaConf.to_container(cfg, resolve=True), folders)
+    run_cfg = planned.cfg if planned is not None else parse_run(OmegaConf.to_container(cfg, resolve=True), folders)
     if context.label and not context.label.startswith("#") and run_cfg.tracking.run_name is None:
         run_cfg = dataclasses.replace(run_cfg, tracking=dataclasses.replace(run_cfg.tracking, run_name=context.label))
+    if planned is not None:
+        return run_cfg, prepare_planned(planned, run_cfg)
     return run_cfg, branches.prepare_family(run_cfg) if branches.is_family(run_cfg) else prepare.prepare(run_cfg)
 
 

@@ -1,6 +1,7 @@
 """One training run, from its config to its result.
 
 prepare.py     prepare: device, data, model config, step budget and config hash, before any step
+planned.py     Planned: a sweep job's config as its plan parsed and hashed it, prepared and checked in the job
 decision.py    decide: train, resume, skip or leave to a busy launch (one rule for the run and a sweep's plan)
 lock.py        RunLock: one launch per config hash at a time (flock, or a lease), and who holds it
 train.py       run: the whole run (decision, MLflow run, signals, DDP ranks, how it ended)
@@ -26,6 +27,7 @@ __all__, __getattr__, __dir__ = lazy_api(
     __name__,
     {
         "prepare": ("Prepared",),
+        "planned": ("Planned", "PlanChanged", "prepare_planned"),
         "decision": ("decide",),
         "lock": ("Busy", "EXIT_BUSY", "busy_with", "output_lock", "sweep_lock"),
         "trainer": ("StopRun",),

@@ -174,10 +174,11 @@ class SweepCallback(Callback):
         if self._info is None and self._config is not None:
             self.open(None)
 
-    def composed(self, num: int):
-        """Job `num`'s config as its plan composed it (before its hydra.job.num is set), or None
-        where no plan composed it (Optuna's trials)."""
-        return next((j.composed for j in self._jobs if j.num == num), None)
+    def job_plan(self, num: int):
+        """What the plan made of job `num`, for the launcher to send it (PlannedJob.handoff: its
+        composition, its parsed config and its runs' hashes), or None where no plan made it (Optuna's
+        trials)."""
+        return next((j.handoff() for j in self._jobs if j.num == num), None)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         if self._progress is not None:

@@ -6,8 +6,9 @@ each job's config is composed once, as the launcher would compose it (`compose`,
 load_sweep_config), parsed, and keyed by the same config hash as run/prepare.py (`assess`). One
 MLflow query per experiment finds the runs already recorded under those hashes, and run/decision.py,
 the rule each job applies when it starts, says what each will do (`decide_all`). The composition
-is kept with the job (PlannedJob.composed): the process launcher sends it to the job, which does not
-compose it again.
+is kept with the job (PlannedJob.composed), and the launchers send it to the job with the RunConfig
+parsed from it and the hashes its runs were keyed by (PlannedJob.handoff): the job neither composes
+nor parses it again, and prepares it to those hashes or fails in one line (run/planned.py).
 
 A job with a list budget (run/branches.py: a trunk and a cooldown branch per budget) costs the
 trunk's steps plus the cooldowns', and is planned from its branches: skipped when all are.
@@ -29,7 +30,8 @@ from pathlib import Path
 
 from ablate.config import ConfigError, UnsupportedError, budget, parse_run, preset_folders
 from ablate.model import accounting
-from ablate.run import busy_with, checkpoint, decide
+from ablate.run import Planned, busy_with, checkpoint, decide
+from ablate.sweep.launch.job import JobPlan
 from ablate.tracking import CONFIG_HASH_TAG, existing_run, quiet_store_logs, sqlite_path
 
 
@@ -49,6 +51,7 @@ class PlannedJob:
     # (params, training tokens, tokens in its training split) of each run it makes: a trunk's job
     # one per branch; what a law fitted to the sweep will see (sweep/design.py)
     points: list = field(default_factory=list)
+    device: str | None = None  # the device its hashes were made on (this machine's, as resolved)
     cfg: object = field(default=None, repr=False)  # the parsed RunConfig (not serialized)
     composed: object = field(default=None, repr=False)  # its DictConfig as composed (not serialized)
 
@@ -58,6 +61,12 @@ class PlannedJob:
     def __getstate__(self) -> dict:
         # Sent to the warm worker to be checked and decided: the composition stays with the launcher.
         return {**self.__dict__, "composed": None}
+
+    def handoff(self) -> JobPlan:
+        """What the job is sent: its composition, and its RunConfig with its runs' hashes (none where
+        it was planned unsupported: it then says so itself, as it would have)."""
+        hashes = tuple(self.branch_hashes) or ((self.config_hash,) if self.config_hash else ())
+        return JobPlan(self.composed, Planned(self.cfg, hashes, self.device) if self.cfg is not None else None)
 
 
 def compose(loader, config, batch: list[list[str]], first_num: int = 0) -> list[PlannedJob]:
@@ -109,6 +118,7 @@ def assess(jobs: list[PlannedJob]) -> list[PlannedJob]:
                 else:
                     job.config_hash, job.total_steps, job.cost_flops = key(job.cfg, caches)
                     job.points = [caches[POINTS][job.config_hash]]
+                job.device = caches[DEVICES][job.config_hash]
         except UnsupportedError as exc:
             if not job.cfg.skip_unsupported:
                 raise
@@ -132,6 +142,7 @@ def of_job(num: int, overrides: list[str]) -> Iterator[None]:
 
 
 POINTS = "points"  # caches[POINTS]: {config hash: (params, tokens, training split's tokens)}, filled by key
+DEVICES = "devices"  # caches[DEVICES]: {config hash: the device it was hashed on}, filled by key
 
 
 def key(cfg, caches: dict) -> tuple[str, int, float]:
@@ -143,6 +154,7 @@ def key(cfg, caches: dict) -> tuple[str, int, float]:
     p = prepare.prepare(cfg, caches)
     tokens = p.total_steps * p.cfg.train.sequences_per_step * p.cfg.model.block_size
     caches.setdefault(POINTS, {})[p.config_hash] = (accounting.params(p.cfg.model), tokens, len(p.data.train))
+    caches.setdefault(DEVICES, {})[p.config_hash] = p.hardware.device
     return p.config_hash, p.total_steps, float(tokens * accounting.flops_per_token(p.cfg.model))
 
 

@@ -44,7 +44,7 @@ class ProcessLauncher(Launcher):
             }
         )
         self.pool = None  # the warm worker, kept across launches (an Optuna study's batches)
-        self.sweep = None  # the sweep callback: its warm worker, its plan's compositions, its live line
+        self.sweep = None  # the sweep callback: its warm worker, what its plan made of each job, its live line
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
         self.config: DictConfig | None = None
@@ -69,7 +69,7 @@ class ProcessLauncher(Launcher):
             initial_job_idx,
             self.settings,
             self._ready_pool(),
-            composed=sweep.composed if sweep is not None else None,
+            plan=sweep.job_plan if sweep is not None else None,
             on_stop=sweep.quiet if sweep is not None else None,
         )
 

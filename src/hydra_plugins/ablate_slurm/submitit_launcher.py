@@ -38,19 +38,27 @@ class SubmititLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from ablate.sweep import slurm
 
-        return self._run(slurm.launch, job_overrides, initial_job_idx, self.settings)
+        sweep = self._open_sweep()
+        plan = sweep.job_plan if sweep is not None else None  # each job as the sweep's plan made it
+        return slurm.launch(*self._context(), job_overrides, initial_job_idx, self.settings, plan=plan)
 
     def launch_as_slots_free(self, feed, slots: int, initial_job_idx: int) -> list[JobReturn]:
         """ablate.sweep.launch.feed.SlotLauncher: each job submitted on its own as one of `slots` ends."""
         from ablate.sweep import slurm
 
-        return self._run(slurm.launch_as_slots_free, feed, slots, initial_job_idx, self.settings)
+        self._open_sweep()
+        return slurm.launch_as_slots_free(*self._context(), feed, slots, initial_job_idx, self.settings)
 
-    def _run(self, launch_fn, *args):
+    def _open_sweep(self):
+        """The sweep's callback, the sweep opened (a sweeper that does not plan has not opened it)."""
         from ablate.sweep import sweep_callback
 
-        assert self.hydra_context is not None and self.config is not None and self.task_function is not None
+        assert self.hydra_context is not None
         sweep = sweep_callback(self.hydra_context)
         if sweep is not None:
-            sweep.ensure_open()  # a sweeper that does not plan has not opened the sweep
-        return launch_fn(self.hydra_context, self.task_function, self.config, *args)
+            sweep.ensure_open()
+        return sweep
+
+    def _context(self) -> tuple:
+        assert self.hydra_context is not None and self.config is not None and self.task_function is not None
+        return self.hydra_context, self.task_function, self.config

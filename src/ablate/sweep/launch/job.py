@@ -1,20 +1,43 @@
 """Jobs of a sweep run in this process, as Hydra's BasicLauncher runs each job: by the worker
-(worker.py) in each job's process, and in one forked process for the jobs planned as skipped."""
+(worker.py) in each job's process, by a SLURM job (slurm.py), and in one forked process for the jobs
+planned as skipped. A job the sweep's plan made is sent what the plan made of it (JobPlan), and is
+neither composed nor parsed again."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-def run_here(hydra_context, task_function, config, num: int, overrides: list, job_cfg=None):
-    """Run job `num` in this process (what BasicLauncher does per job) with `job_cfg`, its config as
-    the sweep plan composed it, or, without one, its config composed here."""
+if TYPE_CHECKING:
+    from ablate.run import Planned
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One job as the launching process made it: its config as composed there (before its
+    hydra.job.num is set), and its run as the sweep's plan parsed and hashed it (None where no plan
+    parsed it: a SLURM launch's job of a sweeper that does not plan), which the task is given as
+    `planned`."""
+
+    composed: Any  # a DictConfig
+    run: Planned | None = None
+
+
+def run_here(hydra_context, task_function, config, num: int, overrides: list, plan: JobPlan | None = None, job_id=None):
+    """Run job `num` in this process (what BasicLauncher does per job) with the config `plan` holds,
+    or, without one, its config composed here. `job_id`: Hydra's hydra.job.id (its num unless a
+    scheduler names the job)."""
     from hydra.core.utils import run_job
     from omegaconf import open_dict
 
     loader = hydra_context.config_loader
-    sweep_config = job_cfg if job_cfg is not None else loader.load_sweep_config(config, list(overrides))
+    sweep_config = plan.composed if plan is not None else loader.load_sweep_config(config, list(overrides))
     with open_dict(sweep_config):
-        sweep_config.hydra.job.id = num
+        sweep_config.hydra.job.id = num if job_id is None else job_id
         sweep_config.hydra.job.num = num
+    if plan is not None and plan.run is not None:
+        task_function = partial(task_function, planned=plan.run)
     return run_job(
         hydra_context=hydra_context,
         task_function=task_function,
@@ -25,11 +48,11 @@ def run_here(hydra_context, task_function, config, num: int, overrides: list, jo
 
 
 def run_all_here(hydra_context, task_function, config, singletons: dict, planned: list) -> dict:
-    """{num: JobReturn} of each (num, overrides, composed config or None) run here in order, with
-    the launching process's Hydra singletons (HydraConfig, the resolvers' state)."""
+    """{num: JobReturn} of each (num, overrides, JobPlan or None) run here in order, with the
+    launching process's Hydra singletons (HydraConfig, the resolvers' state)."""
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
 
     Singleton.set_state(singletons)
     setup_globals()
-    return {num: run_here(hydra_context, task_function, config, num, o, cfg) for num, o, cfg in planned}
+    return {num: run_here(hydra_context, task_function, config, num, o, plan) for num, o, plan in planned}

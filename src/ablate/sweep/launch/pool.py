@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ablate.child import Channel, Reply
 from ablate.config import ConfigError
+from ablate.sweep.launch.job import JobPlan
 from ablate.sweep.launch.worker import can_fork
 
 log = logging.getLogger(__name__)
@@ -82,13 +83,20 @@ class Pool:
             w.tell("spec", payload=payload)
 
     def submit(
-        self, num: int, overrides: list, threads: int, log: Path, result: Path, job_cfg=None, env: dict | None = None
+        self,
+        num: int,
+        overrides: list,
+        threads: int,
+        log: Path,
+        result: Path,
+        plan: JobPlan | None = None,
+        env: dict | None = None,
     ) -> None:
-        """Run job `num` (`job_cfg`: its config as the sweep plan composed it; None: the job composes it;
-        `env`: variables its process gets before it runs, its GPUs)."""
+        """Run job `num` (`plan`: what the sweep's plan made of it, sent through the channel; None: the
+        job composes and parses its config; `env`: variables its process gets before it runs, its GPUs)."""
         worker = self._worker(num)
         job = {"overrides": overrides, "threads": threads, "log": str(log), "result": str(result), "env": env or {}}
-        worker.start_job(num, "run", {**job, "config": job_cfg})
+        worker.start_job(num, "run", {**job, "plan": plan})
         self.running[num] = worker
 
     def call(self, fn, *args, **kwargs):

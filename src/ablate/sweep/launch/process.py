@@ -3,7 +3,8 @@
 Hydra hands the launcher each job's overrides (hydra_plugins/ablate_launcher/process_launcher.py).
 The jobs run in processes forked from one warm worker (worker.py, driven through pool.py) that has
 imported torch, Hydra, the project and MLflow once: each job gets the config the sweep plan composed
-for it (or composes its own where there was no plan: an Optuna study's trials) and calls Hydra's
+for it and the run it parsed and hashed from it (launch/job.py JobPlan; a job with no plan, an Optuna
+study's trial, composes and parses its own) and calls Hydra's
 `run_job` with the same hydra context, task function and Hydra singletons as this process,
 the way a SLURM job does under hydra-submitit-launcher. Nothing about a run's result depends on
 this module: results, skips and resumes are decided inside each job (train.run), and the summary
@@ -39,7 +40,7 @@ from ablate.host import available_cores
 from ablate.sweep.context import read_sweep_file
 from ablate.sweep.launch.feed import JobFeed
 from ablate.sweep.launch.gpus import GpuSlots, gpu_slots
-from ablate.sweep.launch.job import run_all_here
+from ablate.sweep.launch.job import JobPlan, run_all_here
 from ablate.sweep.launch.pool import Exited, Pool, wait_all
 from ablate.sweep.launch.returns import from_json
 
@@ -73,7 +74,7 @@ class Job:
     planned_skip: bool = False  # planned as skipped (or unsupported): run with the others so planned, in one call
     job_dir: str | None = None  # from the plan (BasicSweeper's sweeps)
     started: float = 0.0  # time.time() when it was handed to the worker
-    composed: object = None  # its config as the plan composed it (None: the job composes it)
+    plan: JobPlan | None = None  # what the sweep's plan made of it (None: the job composes and parses it)
     gpus: tuple[str, ...] | None = None  # the GPU slot it holds while it runs (gpus.py)
 
     def path(self, work: Path, suffix: str) -> Path:
@@ -106,15 +107,16 @@ def launch(
     initial_job_idx: int,
     settings: ProcessSettings,
     pool: Pool | None = None,
-    composed=None,
+    plan=None,
     on_stop=None,
 ) -> list:
     """Hydra's Launcher.launch: run every job, return their JobReturns in job order.
 
     `pool`: a warm worker kept from an earlier launch of the same launcher (an Optuna study's
     batches); without one, this launch starts its own and closes it at the end. `on_stop()`: called
-    before an interrupted launch stops its jobs (the sweep's live line goes quiet). `composed(num)`:
-    job num's config as the sweep's plan composed it, sent to the job (None: each job composes its own)."""
+    before an interrupted launch stops its jobs (the sweep's live line goes quiet). `plan(num)`:
+    what the sweep's plan made of job num (a JobPlan, or None), sent to the job (no `plan`: each job
+    composes and parses its own)."""
     from hydra.core.utils import configure_log, setup_globals
 
     setup_globals()
@@ -125,7 +127,7 @@ def launch(
     jobs = [Job(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
     _read_plan(jobs, sweep_dir)
     for job in jobs:
-        job.composed = composed(job.num) if composed is not None else None
+        job.plan = plan(job.num) if plan is not None else None
     # Longest first (LPT): with uneven runs the last worker to finish idles least.
     queue = sorted((j for j in jobs if not j.planned_skip), key=lambda j: -j.cost)
     skips = [j for j in jobs if j.planned_skip]
@@ -295,7 +297,7 @@ def run_skips(skips: list[Job], pool: Pool, hydra_context, task_function, config
 
     for job in skips:
         log.info(f"\t#{job.num} : {' '.join(filter_overrides(job.overrides))} (expected to be skipped)")
-    planned = [(j.num, j.overrides, j.composed) for j in skips]
+    planned = [(j.num, j.overrides, j.plan) for j in skips]
     try:
         return pool.call(run_all_here, hydra_context, task_function, config, Singleton.get_state(), planned)
     finally:  # where the call ran in this process, Hydra's run_job left the last job's logging
@@ -311,7 +313,7 @@ def start(job: Job, pool: Pool, work: Path, threads: int, env: dict | None = Non
     job.path(work, RETURN_SUFFIX).unlink(missing_ok=True)
     job.started = time.time()
     log_path, result = job.path(work, ".log"), job.path(work, RETURN_SUFFIX)
-    pool.submit(job.num, job.overrides, threads, log_path, result, job.composed, env)
+    pool.submit(job.num, job.overrides, threads, log_path, result, job.plan, env)
 
 
 def collect(job: Job, work: Path, ended: Exited):

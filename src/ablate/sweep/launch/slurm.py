@@ -11,6 +11,10 @@ In the launching process (`launch`):
   5. every job comes back to Hydra as completed: the sweep summary reads each run's result.json,
      shows the failed ones, and `python -m ablate` exits 1 when there is any.
 
+Each job is composed once, in the launching process (by the sweep's plan, which also parses it,
+or by `launch` where no plan did), and sent to its SLURM job with what the plan made of it
+(job.py JobPlan, pickled by submitit with the job): the job composes and parses nothing again.
+
 In the job (`JobRunner`): the Hydra job runs as under the basic launcher, with torch threads set
 to the CPUs the job was given. A run that failed raises after it has been recorded, so SLURM
 accounting shows the task FAILED too. On USR2 the trainer checkpoints (src/ablate/preemption.py)
@@ -24,6 +28,7 @@ the dead run stayed RUNNING in MLflow; a run that raised ended COMPLETED in sacc
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import os
@@ -38,6 +43,7 @@ from ablate.config import ConfigError, SubmititSettings
 from ablate.files import read_json_object, write_json
 from ablate.sweep.context import read_sweep_file
 from ablate.sweep.launch.feed import JobFeed
+from ablate.sweep.launch.job import JobPlan, run_here
 from ablate.tracking import close_orphaned_runs
 
 JOBS_FILE = "jobs.json"
@@ -122,28 +128,20 @@ class JobRunner:
         self.singleton_state = singleton_state
         self.threads = threads
 
-    def __call__(self, overrides: list, num: int):
+    def __call__(self, overrides: list, num: int, plan: JobPlan | None = None):
+        """Job `num`, with `plan`: its config as the launching process composed it (and parsed,
+        where the sweep's plan did); None: composed here."""
         import submitit
         import torch
         from hydra.core.singleton import Singleton
-        from hydra.core.utils import JobStatus, run_job, setup_globals
-        from omegaconf import open_dict
+        from hydra.core.utils import JobStatus, setup_globals
 
         Singleton.set_state(self.singleton_state)
         setup_globals()
         torch.set_num_threads(self.threads)
         os.environ["OMP_NUM_THREADS"] = str(self.threads)
-        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-        with open_dict(sweep_config):
-            sweep_config.hydra.job.id = submitit.JobEnvironment().job_id
-            sweep_config.hydra.job.num = num
-        ret = run_job(
-            hydra_context=self.hydra_context,
-            task_function=self.task_function,
-            config=sweep_config,
-            job_dir_key="hydra.sweep.dir",
-            job_subdir_key="hydra.sweep.subdir",
-        )
+        job_id = submitit.JobEnvironment().job_id
+        ret = run_here(self.hydra_context, self.task_function, self.config, num, overrides, plan, job_id)
         if ret.status == JobStatus.FAILED:
             raise ret._return_value  # the task itself crashed (it records ordinary failures)
         value = ret.return_value
@@ -178,7 +176,10 @@ def launch(
     job_overrides: Sequence[Sequence[str]],
     initial_job_idx: int,
     settings: SubmititSettings,
+    plan=None,
 ) -> list:
+    """`plan(num)`: what the sweep's plan made of job num (a JobPlan, or None), sent to the job;
+    a job without one is composed here, once, and sent that."""
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
     from omegaconf import OmegaConf
@@ -187,12 +188,13 @@ def launch(
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
     nums = [initial_job_idx + i for i in range(len(job_overrides))]
-    job_configs = [_job_config(hydra_context, config, ov, n) for ov, n in zip(job_overrides, nums, strict=False)]
+    plans = [_job_plan(hydra_context, config, ov, n, plan) for ov, n in zip(job_overrides, nums, strict=True)]
+    job_configs = [_pending(p.composed, n) for p, n in zip(plans, nums, strict=True)]
     res = _max_resources(settings, [OmegaConf.to_container(c.hardware, resolve=True) for c in job_configs])
     folder = _folder(settings, sweep_dir)
     executor = executor_for(settings, res, folder)
     runner = JobRunner(hydra_context, task_function, config, Singleton.get_state(), res.threads)
-    jobs = _submitting(settings, executor.map_array, runner, [list(ov) for ov in job_overrides], nums)
+    jobs = _submitting(settings, executor.map_array, runner, [list(ov) for ov in job_overrides], nums, plans)
     submitted = [
         Submitted(n, list(ov), _run_dir(c), job)
         for n, ov, c, job in zip(nums, job_overrides, job_configs, jobs, strict=False)
@@ -260,10 +262,11 @@ def _submit_one(hydra_context, task_function, config, overrides, num: int, setti
     from hydra.core.singleton import Singleton
     from omegaconf import OmegaConf
 
-    cfg = _job_config(hydra_context, config, overrides, num)
+    plan = _job_plan(hydra_context, config, overrides, num)
+    cfg = _pending(plan.composed, num)
     res = resources(settings, OmegaConf.to_container(cfg.hardware, resolve=True))
     runner = JobRunner(hydra_context, task_function, config, Singleton.get_state(), res.threads)
-    job = _submitting(settings, executor_for(settings, res, folder).submit, runner, list(overrides), num)
+    job = _submitting(settings, executor_for(settings, res, folder).submit, runner, list(overrides), num, plan)
     s = Submitted(num, list(overrides), _run_dir(cfg), job)
     _record(Path(str(config.hydra.sweep.dir)), settings, res, [s])
     print(f"submitted job {num} to {settings.cluster} as {job.job_id}", file=sys.stderr)
@@ -291,10 +294,18 @@ def _submitting(settings: SubmititSettings, submit, *args):
     return submitted
 
 
-def _job_config(hydra_context, config, overrides, num: int):
+def _job_plan(hydra_context, config, overrides, num: int, plan=None) -> JobPlan:
+    """What job `num` is sent: what the sweep's plan made of it, or its config composed here."""
+    made = plan(num) if plan is not None else None
+    return made if made is not None else JobPlan(hydra_context.config_loader.load_sweep_config(config, list(overrides)))
+
+
+def _pending(composed, num: int):
+    """The job's config as this process reads it (its resources, its run dir) before SLURM names it:
+    a copy, the composition itself travelling to the job as it was made."""
     from omegaconf import open_dict
 
-    cfg = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+    cfg = copy.deepcopy(composed)
     with open_dict(cfg):
         cfg.hydra.job.num = num
         cfg.hydra.job.id = f"pending_{num}"

@@ -30,9 +30,10 @@ answered in the order they finish; its own stdout and stderr go to its log file:
     spec(payload)                    the launch spec (Hydra context, task function, config),
                                      cloudpickled by the launcher: bytes, sent through the pipe,
                                      never through a file another process could replace
-    run(num, overrides, threads, log, result, env, config=None)
-                                     -> {"pid"} once job `num` is forked; config: the job's config as
-                                     the sweep plan composed it (None: the job composes its own);
+    run(num, overrides, threads, log, result, env, plan=None)
+                                     -> {"pid"} once job `num` is forked; plan: what the sweep's plan
+                                     made of the job (job.py JobPlan: its composed config and its
+                                     parsed, hashed run; None: the job composes and parses its own);
                                      env: variables set in the job's process before it runs
                                      (CUDA_VISIBLE_DEVICES: its GPUs, sweep/launch/gpus.py)
     run_argv(num, argv, cwd, env, stdout, stderr)
@@ -431,7 +432,7 @@ def _job(spec: dict, msg: dict, started: float, parent_pid: int) -> None:
         modules_before = set(sys.modules)
         os.environ.update(msg.get("env") or {})  # its GPUs, before anything in it touches CUDA
         _set_threads(int(msg["threads"]))
-        ret = run_one(spec, msg["num"], msg["overrides"], msg.get("config"))
+        ret = run_one(spec, msg["num"], msg["overrides"], msg.get("plan"))
         imported = sorted(set(sys.modules) - modules_before)
         if ret.hydra_cfg is not None:
             write_usage(Path(ret.hydra_cfg.hydra.runtime.output_dir), time.perf_counter() - started, imported)
@@ -499,14 +500,14 @@ def write_usage(job_dir: Path, wall_s: float, imported: list[str]) -> None:
     )
 
 
-def run_one(spec: dict, num: int, overrides: list, job_cfg=None):
-    """Run job `num`; `job_cfg`: its composed config (None: compose it here)."""
+def run_one(spec: dict, num: int, overrides: list, plan=None):
+    """Run job `num`; `plan`: what the sweep's plan made of it (job.JobPlan; None: compose it here)."""
     from hydra.core.singleton import Singleton
     from hydra.core.utils import setup_globals
 
     Singleton.set_state(spec["singletons"])
     setup_globals()
-    return run_here(spec["hydra_context"], spec["task_function"], spec["config"], num, overrides, job_cfg)
+    return run_here(spec["hydra_context"], spec["task_function"], spec["config"], num, overrides, plan)
 
 
 def write_return(path: Path, ret) -> None:
