@@ -51,34 +51,60 @@ TRUE_LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 
 
 def run_config(path: Path, tracking: str = "none", **overrides):
-    """A RunConfig from the real presets, tiny by default, its state (and its sqlite store with
-    tracking="mlflow") under path; overrides as {"train.steps": 10}, or a preset name for a whole
-    group ({"precision": "bf16"}). Building it starts and writes nothing."""
-    from ablate.config import parse_run
+    """A RunConfig as `ablate model=nano hardware=cpu ... OVERRIDES` composes and parses it (the app
+    users run, hydra_app.App, through cli.common.compose_run), tiny by default, its state (and its
+    sqlite store with tracking="mlflow") under path; overrides as {"train.steps": 10}, a preset name
+    for a whole group ({"precision": "bf16"}), or a group's keys as a dict ({"optim": {...}}).
+    Building it starts and writes nothing."""
+    from ablate.cli.common import compose_run
 
-    tree = {
-        "model": preset("model", "nano"),
-        "data": preset("data", "synthetic"),
-        "precision": preset("precision", "fp32"),
-        "hardware": preset("hardware", "cpu"),
-        "optim": preset("optim", "adamw"),
-        "train": preset("train", "default"),
-        "tracking": preset("tracking", tracking),
-        "state_dir": str(path / "state"),
-    }
-    tree["data"].update(n_words=500, train_tokens=200_000, val_tokens=20_000)
-    tree["train"].update(steps=20, eval_interval=10, log_interval=5, progress=False)
-    if tracking == "mlflow":  # the preset's defaults read MLflow's variables, which Hydra resolves
-        tree["tracking"].update(uri=f"sqlite:///{path / 'mlflow.db'}", experiment="ablate")
+    choices = {**TINY_PRESETS, "tracking": tracking}
+    values = {**TINY_VALUES, "state_dir": str(path / "state")}
+    if tracking == "mlflow":  # its own store, named as the preset names it without MLflow's variables
+        values.update({"tracking.uri": f"sqlite:///{path / 'mlflow.db'}", "tracking.experiment": "ablate"})
     for key, value in overrides.items():
-        section, _, leaf = key.partition(".")
-        if leaf:
-            tree[section][leaf] = value
-        elif isinstance(value, str) and section in ("model", "precision", "hardware", "data"):
-            tree[section] = preset(section, value)
+        if key in choices and isinstance(value, str):
+            choices[key] = value
+        elif "." not in key and isinstance(value, dict):  # a group's keys, each over its preset's
+            values.update({f"{key}.{k}": v for k, v in value.items()})
         else:
-            tree[section] = value
-    return parse_run(tree)
+            values[key] = value
+    return compose_run([f"{k}={v}" for k, v in choices.items()] + [as_override(k, v) for k, v in values.items()])
+
+
+# run_config's presets and keys: a tiny run on the small language
+TINY_PRESETS = {"model": "nano", "data": "synthetic", "precision": "fp32", "hardware": "cpu", "optim": "adamw"}
+TINY_VALUES = {
+    "data.n_words": 500,
+    "data.train_tokens": 200_000,
+    "data.val_tokens": 20_000,
+    "train.steps": 20,
+    "train.eval_interval": 10,
+    "train.log_interval": 5,
+    "train.progress": False,
+}
+
+
+def as_override(key: str, value) -> str:
+    """key=VALUE as a user writes it; a mapping (tracking.tags, hardware.peak_flops) replaced whole,
+    with ++ since its keys are the user's own."""
+    return f"{'++' if isinstance(value, dict) else ''}{key}={hydra_value(value)}"
+
+
+def hydra_value(value) -> str:
+    """A Python value as a Hydra override writes it: null, true, a number, a list, a mapping, a quoted
+    string."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    return "'" + str(value).replace("'", "\\'") + "'"
 
 
 def one_line_error(result) -> str:
