@@ -10,13 +10,17 @@ Writes benchmarks/results/backtest.json and prints the tables of docs/fitting.md
 
 `python benchmarks/bench_backtest.py ladders [NAME ...] [methods=adaptive]` is the study of issue 40
 instead: the same backtest on every public ladder in tests/fixtures (Epoch's Chinchilla points, the
-Marin and fineweb_c4 iso-FLOP ladders, tests/fixtures/ladders/README.md) and on this project's recorded
-ladders, with the interval methods named (default both: interval=hull, the law's value, and
+Llama 3, Marin and fineweb_c4 iso-FLOP ladders, tests/fixtures/ladders/README.md) and on this project's
+recorded ladders, with the interval methods named (default both: interval=hull, the law's value, and
 interval=adaptive, the value moved by the cuts' drift read against the public ladders'); per ladder and
 distance band, the median signed and absolute error, the coverage, the half-width over the error and
-the trusted predictions inside. ladders.json keeps the ladders and methods not rerun (among them the
-default as it was before the drift was read against other ladders', BEFORE), and the table of
-docs/fitting.md is printed from all of it.
+the trusted predictions inside; on the public ladders also the default with the past drift learned
+without the ladder tested (LOLO, from `past`). ladders.json keeps the ladders and methods not rerun
+(among them the default as it was before the drift was read against other ladders', BEFORE, and
+before the past drift, PREVIOUS), and the table of docs/fitting.md is printed from all of it.
+
+`python benchmarks/bench_backtest.py past` learns calibration.PAST_DRIFT and PAST_DRIFT_SD from the
+public ladders' backtests (results/past_drift.json).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate.scaling.backtest import BACKTEST_CUTS, backtest
-from ablate.scaling.points import Points, load_chinchilla
+from ablate.scaling.points import FitInputError, Points, load_chinchilla
 from ablate.scaling.predict import FitOptions
 from ablate.scaling.reports.report import backtest_markdown
 
@@ -97,8 +101,19 @@ def main() -> None:
 
 LADDER_BANDS = ((0.5, 1.0), (1.0, 1.5), (1.5, 2.0))  # decades past the largest fitted run
 METHODS = ("hull", "adaptive")  # the law's value, and the default (calibration.INTERVAL_METHODS)
+PUBLIC = (
+    "chinchilla (Epoch)",
+    "llama3_isoflops",
+    "marin_comma",
+    "marin_dclm",
+    "marin_nemotron",
+    "misfitting_fineweb_c4",
+)
+LOLO = "adaptive (past drift learned without this ladder)"
 # the default as it was before the drift was read against the public ladders' (ladders.json keeps it)
 BEFORE = "adaptive, drift shrunk by its own error (before)"
+# the default before the drift past the data was learned across ladders (calibration.PAST_DRIFT)
+PREVIOUS = "adaptive without the past drift (before)"
 
 
 def ladders() -> dict[str, Points]:
@@ -108,7 +123,8 @@ def ladders() -> dict[str, Points]:
         out[path.stem] = Points.from_csv(path)
     for path in sorted((ROOT / "experiments").glob("*/sweep/points.csv")):
         points = Points.from_csv(path)
-        if len(points) >= 20:
+        # a ladder: 20 runs or more over several compute budgets (an ablation's arms share one budget)
+        if len(points) >= 20 and np.ptp(np.log10(points.C)) >= 1.0:
             out[f"project: {path.parts[-3]}"] = points
     return out
 
@@ -148,10 +164,26 @@ def ladder_table(results: dict, runs: dict[str, int]) -> str:
     head = "| ladder | runs | interval | " + " | ".join(f"{a:g} to {b:g} decades" for a, b in LADDER_BANDS) + " |"
     lines = [head, "|" + "---|" * (3 + len(LADDER_BANDS))]
     for name, by_method in results.items():
-        for method, label in (("hull", "hull"), (BEFORE, "adaptive, before"), ("adaptive", "adaptive, now")):
+        for method, label in (
+            ("hull", "hull"),
+            (PREVIOUS, "adaptive, before"),
+            ("adaptive", "adaptive, now"),
+            (LOLO, "adaptive, leaving it out"),
+        ):
             if method in by_method:
                 lines.append(row(name, runs.get(name, 0), label, by_method[method]["by_distance"]))
     return "\n".join(lines)
+
+
+def options(name: str, method: str) -> FitOptions:
+    """The fit's options for one row: PREVIOUS is the default interval without the past drift, LOLO
+    with the past drift learned on the other public ladders (past_drift.json, written by `past`)."""
+    if method == PREVIOUS:
+        return FitOptions(n_boot=N_BOOT, past_drift=(0.0, 0.0))
+    if method != LOLO:
+        return FitOptions(n_boot=N_BOOT, interval=method)
+    learned = json.loads((ROOT / "benchmarks" / "results" / "past_drift.json").read_text())["leave_one_out"][name]
+    return FitOptions(n_boot=N_BOOT, past_drift=(learned["mean"], learned["sd"]))
 
 
 def ladder_study(names: list[str], methods: tuple[str, ...] = METHODS) -> None:
@@ -166,8 +198,14 @@ def ladder_study(names: list[str], methods: tuple[str, ...] = METHODS) -> None:
             continue
         results[name] = dict(kept.get(name, {}))
         for method in methods:
+            if method == LOLO and name not in PUBLIC:
+                continue
             cpu = time.process_time()
-            bt = backtest(points, FitOptions(n_boot=N_BOOT, interval=method))
+            try:
+                bt = backtest(points, options(name, method))
+            except FitInputError as exc:  # e.g. every run above the lowest cut at one compute budget
+                print(f"{name}: {exc}", flush=True)
+                break
             figures = {f"{a:g}-{b:g}": band_figures(bt, a, b) for a, b in LADDER_BANDS}
             results[name][method] = {"cpu_s": round(time.process_time() - cpu, 1), "by_distance": figures}
             print(row(name, len(points), method, figures), flush=True)
@@ -175,7 +213,8 @@ def ladder_study(names: list[str], methods: tuple[str, ...] = METHODS) -> None:
     out.write_text(
         json.dumps(
             {
-                "what": f"backtest per ladder: interval=hull (the law's value), {BEFORE!r} and adaptive (the default)",
+                "what": f"backtest per ladder: interval=hull (the law's value), {BEFORE!r}, {PREVIOUS!r}, "
+                f"adaptive (the default) and {LOLO!r}",
                 "n_boot": N_BOOT,
                 "results": merged,
             },
@@ -186,10 +225,52 @@ def ladder_study(names: list[str], methods: tuple[str, ...] = METHODS) -> None:
     print(ladder_table(merged, runs))
 
 
+def cut_slopes(bt) -> list[float]:
+    """Per cut of a backtest, the least-squares slope of log(actual / predicted) on decades past the
+    cut (through 0): the drift its predictions still missed."""
+    out = []
+    for k in range(len(bt.cuts)):
+        rows = [r for r in bt.runs if r.cut == k and r.decades > 0]
+        if rows:
+            d = np.array([r.decades for r in rows])
+            e = np.log(np.array([r.actual for r in rows]) / np.array([r.predicted for r in rows]))
+            out.append(float(d @ e / (d @ d)))
+    return out
+
+
+def past_drift() -> dict:
+    """calibration.PAST_DRIFT and PAST_DRIFT_SD: on each public ladder, the backtest with the default
+    interval but no past drift; each cut's slope of the log error its predictions still missed; their
+    mean and sd over every cut of every public ladder, and leaving each ladder out."""
+    slopes = {}
+    for name, points in ladders().items():
+        if name in PUBLIC:
+            slopes[name] = cut_slopes(backtest(points, FitOptions(n_boot=N_BOOT, past_drift=(0.0, 0.0))))
+            print(name, " ".join(f"{s:+.4f}" for s in slopes[name]), flush=True)
+
+    def learned(names) -> dict:
+        values = np.concatenate([slopes[n] for n in names])
+        return {"mean": float(values.mean()), "sd": float(values.std(ddof=1)), "cuts": int(values.size)}
+
+    out = {
+        "what": "per public ladder, each backtest cut's slope of log(actual/predicted) per decade past the cut, "
+        "the default interval without the past drift; pooled, and leaving each ladder out",
+        "n_boot": N_BOOT,
+        "slopes": slopes,
+        "all": learned(slopes),
+        "leave_one_out": {n: learned([m for m in slopes if m != n]) for n in slopes},
+    }
+    (ROOT / "benchmarks" / "results" / "past_drift.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps({"all": out["all"], "leave_one_out": out["leave_one_out"]}, indent=1))
+    return out
+
+
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:2] == ["ladders"]:
+    if sys.argv[1:2] == ["past"]:
+        past_drift()
+    elif sys.argv[1:2] == ["ladders"]:
         methods = tuple(a.split("=", 1)[1].split(",") for a in sys.argv[2:] if a.startswith("methods="))
         ladder_study([a for a in sys.argv[2:] if "=" not in a], methods[0] if methods else METHODS)
     else:

@@ -141,6 +141,51 @@ def test_an_interval_read_back_from_before_the_prior_reaches_the_whole_drift():
     np.testing.assert_allclose(hi_now, hi_before)
 
 
+def test_the_drift_the_public_ladders_cuts_did_not_show_moves_every_prediction_past_the_data():
+    """A ladder whose cuts show no drift of their own is still moved by what the public ladders drifted
+    past their data beyond their cuts' drift (PAST_DRIFT per decade): nothing at the data, PAST_DRIFT d
+    at d decades, inside the interval, whose lower end reaches that far; a fit.json from before it (no
+    drift_offset) gives the interval it gave then."""
+    from ablate.scaling.calibration import ADAPTIVE, PAST_DRIFT, PAST_DRIFT_SD, PRIOR_DRIFT
+
+    assert PAST_DRIFT < 0 < PAST_DRIFT_SD
+    center = np.log(np.full(2, 3.0))
+    d = np.array([0.0, 1.3])
+    before = Calibration(0.01, 0.03, 2.0, drift=0.0, method=ADAPTIVE, drift_prior=PRIOR_DRIFT)
+    now = replace(before, drift_offset=PAST_DRIFT)
+    value_before, lo_before, hi_before = log_interval(center, None, d, before)
+    value, lo, hi = log_interval(center, None, d, now)
+    np.testing.assert_allclose(value_before, center)
+    np.testing.assert_allclose(value, center + PAST_DRIFT * d)
+    np.testing.assert_allclose(lo - lo_before, PAST_DRIFT * d)
+    np.testing.assert_allclose(hi, hi_before)
+    assert np.all((lo <= value) & (value <= hi))
+    read_back = Calibration.from_dict({k: v for k, v in now.to_dict().items() if k != "drift_offset_per_decade"})
+    assert read_back.drift_offset == 0.0 and Calibration.from_dict(now.to_dict()).drift_offset == PAST_DRIFT
+
+
+def test_a_fit_carries_the_past_drift_it_was_given(coarse_grid, grid_points):
+    """The past drift is an option of the fit (the backtest passes the values learned without the ladder
+    it tests): its mean moves the prediction, its sd widens the interval from NEAR_DECADES on (nearer,
+    the ladder's own held-out runs measured the error), and HULL takes none of it."""
+    from ablate.scaling.calibration import ADAPTIVE, NEAR_DECADES
+
+    fit = fit_predictor(grid_points, FitOptions(n_boot=20, grid=coarse_grid, past_drift=(-0.03, 0.05)))
+    cal = fit.predictor.calibration
+    assert cal.method == ADAPTIVE and (cal.drift_offset, cal.drift_offset_sd) == (-0.03, 0.05)
+    none = fit_predictor(grid_points, FitOptions(n_boot=20, grid=coarse_grid, past_drift=(0.0, 0.0)))
+    plain = none.predictor.calibration
+    assert (plain.drift_offset, plain.drift_offset_sd) == (0.0, 0.0)
+    d = np.array([0.0, NEAR_DECADES, 1.5])
+    extra = cal.extra_sd(d) ** 2 - replace(cal, drift_offset_sd=0.0).extra_sd(d) ** 2
+    np.testing.assert_allclose(extra, [0.0, 0.0, 0.05**2], atol=1e-12)
+    np.testing.assert_allclose(
+        cal.moved(d) - plain.moved(d), -0.03 * d + (cal.drift_share * cal.drift - plain.drift_share * plain.drift) * d
+    )
+    hull = fit_predictor(grid_points, FitOptions(n_boot=20, grid=coarse_grid, interval=HULL))
+    assert hull.predictor.calibration.drift_offset == 0.0 and not np.any(hull.predictor.calibration.moved(d))
+
+
 def test_the_interval_reaches_further_on_the_side_the_cuts_drifted_to():
     """A law whose refits below every cut predicted the runs above too high (mu < 0) may go on doing so:
     the interval's lower end moves down by mu d, its upper end stays where an interval about the law puts

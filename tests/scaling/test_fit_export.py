@@ -212,7 +212,10 @@ def test_chinchilla_export_reads_epochs_numbers(tmp_path, chinchilla_csv):
     assert round(params["E"]["value"], 3) == 1.817 and round(params["alpha"]["value"], 4) == 0.3473
     assert doc[APPROACH3]["verdict"] == "trusted"
     (prediction,) = doc["predictions"]
-    assert prediction["verdict"] == "trusted" and 1.85 < prediction["loss"]["ci95"][0] < 1.974
+    # 2.5 decades past Epoch's points: the law's 1.974 moved down by the public ladders' drift past
+    # their data (calibration.PAST_DRIFT), the interval widened by its spread
+    lo, hi = prediction["loss"]["ci95"]
+    assert prediction["verdict"] == "trusted" and 1.75 < lo < prediction["loss"]["value"] < 1.97 < hi < 2.2
     md = (tmp_path / "fit.md").read_text()
     assert "| E | 1.817 |" in md
 

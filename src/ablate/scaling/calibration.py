@@ -91,6 +91,17 @@ UNSEEN_DRIFT = 0.02
 # 0.4 (docs/fitting.md).
 PRIOR_DRIFT = UNSEEN_DRIFT
 PRIOR_CUTS = 1
+# What a ladder's own cuts do not show (ADAPTIVE): the drift past the data beyond the posterior drift
+# of the cuts below it. On the six public ladders of tests/fixtures, each backtest cut's held-out runs
+# against its prediction without this term (benchmarks/bench_backtest.py past, results/past_drift.json):
+# the least-squares slope of log(actual / predicted) on decades past the cut has mean -0.0104 and sd
+# 0.0207 over 30 cuts (-0.0076 to -0.0117 and 0.016 to 0.022 leaving any one ladder out; 21 of the 30
+# negative, 19 of the 24 above each ladder's lowest cut). A law fitted to the smaller runs predicts the larger ones
+# too high, further past by more, and by more than its own cuts measure inside the data: the drift
+# grows with scale on every GPU-scale ladder (docs/fitting.md). The prediction moves PAST_DRIFT d
+# further; PAST_DRIFT_SD (d - NEAR_DECADES) joins the interval in quadrature (past_spread).
+PAST_DRIFT = -0.010
+PAST_DRIFT_SD = 0.021
 FORMULAS = {
     HULL: (
         "log L 95% interval: lo = log L_hat + min(mu d, 0) - sqrt(b_lo^2 + z^2 (sigma_run^2 + kappa^2 d^2)), "
@@ -105,9 +116,11 @@ FORMULAS = {
         "the hull's interval (below) with mu read against the public ladders' drift, P = 0.02 per decade: mu "
         "~ N(0, P^2) and tau^2 pooled with P^2 as one more cut; mu replaced by s mu, s = P^2 / (P^2 + se^2) or "
         "1 - se^2 / mu^2 where that is more, se the standard error of mu, and kappa by sqrt((s mu)^2 + "
-        "tau_pooled^2 + s se^2); past the farthest calibrated distance r also 0.02 (d - r) per decade in "
-        "quadrature (what the public ladders' cuts "
-        "drifted); the prediction log L_hat + s mu d; a prediction is trusted only at a distance where the "
+        f"tau_pooled^2 + s se^2 + {PAST_DRIFT_SD:g}^2); past the farthest calibrated distance r also 0.02 (d - r) "
+        "per decade in quadrature (what the public ladders' cuts drifted); the prediction log L_hat + (s mu + o) "
+        f"d, o = {PAST_DRIFT:g} +- {PAST_DRIFT_SD:g} per decade the drift past the data that the public ladders' own "
+        "cuts did not show; "
+        "a prediction is trusted only at a distance where the "
         "cuts' own held-out runs lie inside this interval at least 90% of the time"
     ),
 }
@@ -186,6 +199,10 @@ class Calibration:
     # PRIOR_DRIFT when the drift was read against it (the interval's drift side then reaches s mu d too);
     # 0 in fit.json files from before, whose interval reaches the whole mu d
     drift_prior: float = 0.0
+    # PAST_DRIFT: the prediction's move per decade beyond drift_share * drift (ADAPTIVE); 0 in fit.json
+    # files from before it
+    drift_offset: float = 0.0
+    drift_offset_sd: float = 0.0  # PAST_DRIFT_SD: its spread ladder to ladder, past NEAR_DECADES (ADAPTIVE)
 
     @property
     def calibrated(self) -> bool:
@@ -195,19 +212,30 @@ class Calibration:
     def corrects(self) -> bool:
         """Whether predictions past the data are moved toward the drift (ADAPTIVE, where the cuts show
         that it stands beyond its own error) rather than only the interval widened toward it (HULL)."""
-        return self.method == ADAPTIVE and self.calibrated and self.drift_share > 0
+        return self.method == ADAPTIVE and ((self.calibrated and self.drift_share > 0) or self.drift_offset != 0)
 
     def extra_sd(self, decades) -> np.ndarray:
         """sd of log loss beyond the curve's: sqrt(run_sigma^2 + (kappa d)^2), d = decades past the data;
         ADAPTIVE adds UNSEEN_DRIFT (d - reach) past the farthest distance the cuts predicted at."""
         d = np.maximum(np.asarray(decades, float), 0.0)
         kappa = self.kappa or 0.0
-        unseen = UNSEEN_DRIFT * np.maximum(d - self.reach, 0.0) if self.method == ADAPTIVE and self.reach else 0.0
-        return np.sqrt(self.run_sigma**2 + (kappa * d) ** 2 + unseen**2)
+        # no cut of this ladder looked past `reach` (nowhere, when none could be refitted): the public
+        # ladders' drift stands in; fit.json files from before the past drift left uncalibrated fits without
+        seen = self.reach or 0.0
+        unseen = (
+            UNSEEN_DRIFT * np.maximum(d - seen, 0.0)
+            if self.method == ADAPTIVE and (self.reach or self.drift_offset)
+            else 0.0
+        )
+        return np.sqrt(self.run_sigma**2 + (kappa * d) ** 2 + unseen**2 + past_spread(self.drift_offset_sd, d) ** 2)
 
     def shift(self, decades) -> np.ndarray:
         """The log error at d decades past the data if the law drifts on as the cuts did: mu d."""
         return self.drift * np.maximum(np.asarray(decades, float), 0.0)
+
+    def moved(self, decades) -> np.ndarray:
+        """How far the prediction moves at d decades past the data (ADAPTIVE): (s mu + PAST_DRIFT) d."""
+        return (self.drift_share * self.drift + self.drift_offset) * np.maximum(np.asarray(decades, float), 0.0)
 
     def band(self, decades: float) -> CoverageBand | None:
         """The backtest band that holds a distance, None past every band."""
@@ -222,6 +250,8 @@ class Calibration:
             "drift_sd_per_decade": self.drift_sd,
             "drift_share": self.drift_share,
             "drift_prior_per_decade": self.drift_prior,
+            "drift_offset_per_decade": self.drift_offset,
+            "drift_offset_sd_per_decade": self.drift_offset_sd,
             "reach_decades": self.reach,
             "formula": FORMULAS[self.method],
             "backtest_by_distance": [b.to_dict() for b in self.bands],
@@ -241,6 +271,8 @@ class Calibration:
             drift_sd=float(d.get("drift_sd_per_decade") or 0.0),
             drift_share=float(d.get("drift_share") or 0.0),
             drift_prior=float(d.get("drift_prior_per_decade") or 0.0),
+            drift_offset=float(d.get("drift_offset_per_decade") or 0.0),
+            drift_offset_sd=float(d.get("drift_offset_sd_per_decade") or 0.0),
             bands=tuple(CoverageBand.from_dict(b) for b in d.get("backtest_by_distance") or ()),
         )
 
@@ -292,6 +324,7 @@ def calibrate(
     n_params: int = 5,
     noise_floor: float = 0.0,
     method: str = ADAPTIVE,
+    past: tuple[float, float] = (PAST_DRIFT, PAST_DRIFT_SD),
 ) -> Calibration:
     """sigma_run, kappa and reach from refits below cuts of the runs' log-C span (module docstring).
     refit(points) returns a fit with .converged, .law.loss(N, D) and .bootstrap (None, or .usable()
@@ -314,8 +347,19 @@ def calibrate(
         cuts.append(cut)
         if errors is not None:
             held.append(errors)
-    if not held:
-        return Calibration(sigma, None, None, tuple(cuts), method=method)
+    if not held:  # no cut could be refitted: ADAPTIVE still moves by, and widens to, the public ladders' drift
+        if method != ADAPTIVE:
+            return Calibration(sigma, None, None, tuple(cuts), method=method)
+        return Calibration(
+            sigma,
+            None,
+            None,
+            tuple(cuts),
+            method=method,
+            drift_prior=PRIOR_DRIFT,
+            drift_offset=past[0],
+            drift_offset_sd=past[1],
+        )
     scatter = near_scatter(held, max(sigma, noise_floor))
     drifts = np.array([h.drift for h in held])
     variances = np.array([h.drift_var(scatter) for h in held])
@@ -324,11 +368,17 @@ def calibrate(
     mu, kappa = shared_drift(drifts, variances, scatter)
     if method == HULL:
         return Calibration(scatter, kappa, reach, tuple(cuts), drift=mu, method=HULL)
-    return adaptive(held, scatter, reach, tuple(cuts), mu, kappa)
+    return adaptive(held, scatter, reach, tuple(cuts), mu, kappa, past)
 
 
 def adaptive(
-    held: list[HeldOut], scatter: float, reach: float, cuts: tuple[CalibrationCut, ...], mu: float, kappa: float
+    held: list[HeldOut],
+    scatter: float,
+    reach: float,
+    cuts: tuple[CalibrationCut, ...],
+    mu: float,
+    kappa: float,
+    past: tuple[float, float] = (PAST_DRIFT, PAST_DRIFT_SD),
 ) -> Calibration:
     """The ADAPTIVE calibration: the drift the cuts share read against what other ladders showed
     (posterior_drift), the prediction moved by it, HULL's interval built on it, and the interval's own
@@ -352,10 +402,13 @@ def adaptive(
     drifts = np.array([h.drift for h in held])
     variances = np.array([h.drift_var(scatter) for h in held])
     post = posterior_drift(drifts, variances)
+    offset, spread = past
     kappa = max(post.kappa, scatter)
     loco = [_others_drift(drifts, variances, j) for j in range(len(held))]
     d = np.concatenate([h.d for h in held])
-    inside = np.concatenate([_held_inside(h, m, scatter, kappa) for m, h in zip(loco, held, strict=True)])
+    inside = np.concatenate(
+        [_held_inside(h, m + offset, scatter, kappa, spread) for m, h in zip(loco, held, strict=True)]
+    )
     bands = tuple(
         CoverageBand(a, b, int(m.sum()), int(inside[m].sum()))
         for a, b in zip(BAND_EDGES[:-1], BAND_EDGES[1:], strict=True)
@@ -372,6 +425,8 @@ def adaptive(
         bands=bands,
         drift_share=post.share,
         drift_prior=PRIOR_DRIFT,
+        drift_offset=offset,
+        drift_offset_sd=spread,
     )
 
 
@@ -413,10 +468,17 @@ def _others_drift(drifts: np.ndarray, variances: np.ndarray, j: int) -> float:
     return post.share * post.mu
 
 
-def _held_inside(h: HeldOut, mu: float, scatter: float, kappa: float) -> np.ndarray:
+def past_spread(sd: float, d) -> np.ndarray:
+    """The public ladders' spread of the drift past the data, sd per decade, counted from NEAR_DECADES
+    on: nearer, the ladder's own held-out runs measured its error (near_scatter)."""
+    return sd * np.maximum(np.asarray(d, float) - NEAR_DECADES, 0.0)
+
+
+def _held_inside(h: HeldOut, mu: float, scatter: float, kappa: float, spread: float = 0.0) -> np.ndarray:
     """Which of a cut's held-out runs the HULL interval holds, built for that cut's refit: its curve sd,
-    sigma_run and kappa d in quadrature, reaching mu d further on the drift's side."""
-    half = Z95 * np.sqrt(h.curve_sd**2 + scatter**2 + (kappa * h.d) ** 2)
+    sigma_run, kappa d and the past drift's spread in quadrature, reaching mu d further on the drift's
+    side."""
+    half = Z95 * np.sqrt(h.curve_sd**2 + scatter**2 + (kappa * h.d) ** 2 + past_spread(spread, h.d) ** 2)
     shift = mu * h.d
     return (h.e >= np.minimum(shift, 0.0) - half) & (h.e <= np.maximum(shift, 0.0) + half)
 
@@ -514,8 +576,8 @@ def log_interval(
         q_lo, q_hi = np.nanpercentile(samples, [2.5, 97.5], axis=0)
         low, high = np.maximum(center - q_lo, 0.0), np.maximum(q_hi - center, 0.0)
     extra = Z95 * cal.extra_sd(decades)
-    shift = cal.shift(decades)
-    value = center + cal.drift_share * shift if cal.corrects else center
-    side = cal.drift_share * shift if cal.drift_prior else shift  # how far the drift's side reaches
+    moved = cal.moved(decades)
+    value = center + moved if cal.corrects else center
+    side = moved if cal.drift_prior else cal.shift(decades)  # how far the drift's side reaches
     lo = center + np.minimum(side, 0.0) - np.hypot(low, extra)
     return value, lo, center + np.maximum(side, 0.0) + np.hypot(high, extra)

@@ -21,6 +21,8 @@ from ablate.scaling.calibration import (
     ADAPTIVE,
     CALIBRATION_BOOT,
     CUT_FRACTIONS,
+    PAST_DRIFT,
+    PAST_DRIFT_SD,
     Calibration,
     calibrate,
     log_interval,
@@ -119,6 +121,9 @@ class FitOptions:
     thresholds: Thresholds = field(default_factory=Thresholds)
     cut_fractions: tuple[float, ...] = CUT_FRACTIONS
     interval: str = ADAPTIVE  # calibration.ADAPTIVE (drift corrected, conformal width) or HULL (before)
+    # ADAPTIVE's drift past the data beyond the ladder's own cuts' and its sd, per decade (calibration.py);
+    # the backtest's leave-one-ladder-out check passes the values learned without the ladder tested
+    past_drift: tuple[float, float] = (PAST_DRIFT, PAST_DRIFT_SD)
 
     @classmethod
     def from_config(cls, cfg: FitSourceConfig) -> FitOptions:
@@ -169,7 +174,9 @@ def fit_predictor(points: Points, opts: FitOptions) -> Forecast:
                 form=opts.form,
             )
 
-        calibration = calibrate(points, refit, sigma, opts.cut_fractions, n_params, noise.interval_floor, opts.interval)
+        calibration = calibrate(
+            points, refit, sigma, opts.cut_fractions, n_params, noise.interval_floor, opts.interval, opts.past_drift
+        )
     else:
         calibration = Calibration(sigma, None, None, method=opts.interval)
     samples = fit.bootstrap.usable() if fit.bootstrap is not None else np.empty((0, 5))

@@ -475,8 +475,20 @@ def _summary_approach3(result: FitReport) -> list[str]:
 
 def _correction_words(cal) -> str:
     """How far the prediction itself moves toward the drift (calibration.adaptive), in words."""
-    if cal.method != "adaptive" or not cal.drift:
+    if cal.method != "adaptive" or not (cal.drift or cal.drift_offset):
         return ""
+    if cal.drift_offset:
+        own = (
+            f"{100 * cal.drift_share:.0f}% of the cuts' drift stands, read against the {g(cal.drift_prior)} per "
+            f"decade other ladders' drifts spread over (its standard error {g(cal.drift_sd)}), "
+            if cal.drift
+            else ""
+        )
+        return (
+            f"; {own}and the public ladders drifted {g(cal.drift_offset)} per decade further past their data "
+            f"than their cuts showed: the prediction moves {g(cal.drift_share * cal.drift + cal.drift_offset)} "
+            "per decade and the interval's end that much further"
+        )
     if cal.drift_prior:
         return (
             f"; read against the {g(cal.drift_prior)} per decade other ladders' drifts spread over, "
