@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from ablate.scaling.analysis import APPROACH3, FitReport
+from ablate.scaling.calibration import NEAR_DECADES
 from ablate.scaling.fitting.bootstrap import Estimate
 from ablate.scaling.laws.chinchilla import law_text
 from ablate.scaling.laws.frontier import Frontier, FrontierFit
@@ -486,8 +487,9 @@ def _correction_words(cal) -> str:
         )
         return (
             f"; {own}and the public ladders drifted {g(cal.drift_offset)} per decade further past their data "
-            f"than their cuts showed: the prediction moves {g(cal.drift_share * cal.drift + cal.drift_offset)} "
-            "per decade and the interval's end that much further"
+            f"than their cuts showed, give or take {g(cal.drift_offset_sd)}: the prediction moves "
+            f"{g(cal.drift_share * cal.drift + cal.drift_offset)} per decade, the interval's end that much further, "
+            f"and its width takes {g(cal.drift_offset_sd)} per decade from {g(NEAR_DECADES)} decades on in quadrature"
         )
     if cal.drift_prior:
         return (
