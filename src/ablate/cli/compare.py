@@ -86,6 +86,9 @@ def arms_from_csv(cfg: CompareConfig):
 SEED_COLUMNS = ("seed", "train.seed")
 # the budget: the tokens column measures it
 BUDGET_COLUMNS = ("train.tokens", "train.steps", "train.flops", "train.tokens_per_param")
+# what a run measured beyond a point's figures (sweep/summary.points_csv): a run that did not record
+# it (an empty cell) is the same run as one that did
+MEASURED_COLUMNS = ("bpb",)
 
 
 def _csv_pairing(row: dict, arm: str) -> tuple:
@@ -94,7 +97,7 @@ def _csv_pairing(row: dict, arm: str) -> tuple:
     aside, and its model column as its size."""
     from ablate.scaling import CSV_OPTIONAL, CSV_REQUIRED
 
-    skip = {*CSV_REQUIRED, *CSV_OPTIONAL, "label", arm, *SEED_COLUMNS, *BUDGET_COLUMNS}
+    skip = {*CSV_REQUIRED, *CSV_OPTIONAL, *MEASURED_COLUMNS, "label", arm, *SEED_COLUMNS, *BUDGET_COLUMNS}
     seed = next((row[c] for c in SEED_COLUMNS if row.get(c)), None)
     size = row.get("model") if arm != "model" else None  # a sweep's model column names the run's size
     return _pairing({k: v for k, v in row.items() if k not in skip}, seed, size)

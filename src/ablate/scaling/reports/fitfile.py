@@ -123,6 +123,11 @@ MAX_E = 50.0
 # A and B: a fit's coefficients of N^-alpha and D^-beta, from ~1e2 (Chinchilla) to ~1e5 for
 # small exponents; past 1e12 a law predicts losses no run has seen.
 MAX_COEFFICIENT = 1e12
+# N_c and D_c: the joint law's scales, a parameter count and a token count (Kaplan et al. 2020 fitted
+# 8.8e13 and 5.4e13; experiments/text_ladder_long 4.0e14), used in logs (laws/joint.py), so bounded as
+# the N and D a prediction may ask about.
+MAX_SCALE = 1e40
+LIMITS = {"E": MAX_E, "N_c": MAX_SCALE, "D_c": MAX_SCALE}
 
 
 def _params(params: dict, where: str, law_class) -> tuple[dict, dict]:
@@ -147,7 +152,7 @@ def _params(params: dict, where: str, law_class) -> tuple[dict, dict]:
                 f"{where}: chinchilla_approach3.params.{name} is {values[name]:g}, no power law "
                 f"(valid: {MIN_EXPONENT:g} <= {name} <= {MAX_EXPONENT:g}; Chinchilla's exponents are 0.34 and 0.28)"
             )
-        limit = MAX_E if name == "E" else MAX_COEFFICIENT if not name.startswith(EXPONENTS) else None
+        limit = LIMITS.get(name, None if name.startswith(EXPONENTS) else MAX_COEFFICIENT)
         if limit is not None and values[name] > limit:
             raise ConfigError(
                 f"{where}: chinchilla_approach3.params.{name} is {values[name]:g}, past any loss a fit gives "
