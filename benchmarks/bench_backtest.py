@@ -123,10 +123,22 @@ def ladders() -> dict[str, Points]:
         out[path.stem] = Points.from_csv(path)
     for path in sorted((ROOT / "experiments").glob("*/sweep/points.csv")):
         points = Points.from_csv(path)
-        # a ladder: 20 runs or more over several compute budgets (an ablation's arms share one budget)
-        if len(points) >= 20 and np.ptp(np.log10(points.C)) >= 1.0:
+        # a ladder: 20 runs or more over a decade of compute, sweeping sizes, seeds and budgets alone
+        # (an ablation's arms, a precision policy or an architecture, are not one law)
+        if len(points) >= 20 and np.ptp(np.log10(points.C)) >= 1.0 and sweeps_one_law(path):
             out[f"project: {path.parts[-3]}"] = points
     return out
+
+
+RECORDED_COLUMNS = {"params", "tokens", "loss", "flops", "params_non_embedding", "train_s", "entropy_floor"}
+RECORDED_COLUMNS |= {"run_id", "bpb", "seed", "label"}
+
+
+def sweeps_one_law(path: Path) -> bool:
+    """Whether a study's points.csv sweeps only what a scaling law takes: the model's size (model, or
+    a study's rung), the seed and the budget; every other swept key is an arm of an ablation."""
+    swept = set(path.read_text().splitlines()[0].split(",")) - RECORDED_COLUMNS
+    return all(k in ("model", "train.seed", "train.tokens", "train.steps") or k.endswith("_rung") for k in swept)
 
 
 def band_figures(bt, lo: float, hi: float) -> dict | None:
@@ -163,7 +175,9 @@ def ladder_table(results: dict, runs: dict[str, int]) -> str:
     """docs/fitting.md's table from ladders.json's results: every ladder, hull, before and the default."""
     head = "| ladder | runs | interval | " + " | ".join(f"{a:g} to {b:g} decades" for a, b in LADDER_BANDS) + " |"
     lines = [head, "|" + "---|" * (3 + len(LADDER_BANDS))]
-    for name, by_method in results.items():
+    public_first = sorted(results, key=lambda n: (n not in PUBLIC, PUBLIC.index(n) if n in PUBLIC else 0, n))
+    for name in public_first:
+        by_method = results[name]
         for method, label in (
             ("hull", "hull"),
             (PREVIOUS, "adaptive, before"),
