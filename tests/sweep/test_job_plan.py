@@ -171,3 +171,24 @@ def test_a_slurm_job_runs_the_composition_it_is_sent(loader, tmp_path, monkeypat
     assert loader.seen == []
     assert runner(task_overrides(tmp_path, "train.seed=8"), 1) == {"seed": 8, "planned_seed": None, "id": "4242"}
     assert [o[-1] for o in loader.seen] == ["train.seed=8"]
+
+
+def test_a_slurm_job_run_again_with_its_plan_runs_as_the_first_time(loader, tmp_path, monkeypatch):
+    """A requeued SLURM job (USR2 near its time limit: submitit pickles JobRunner.checkpoint's
+    DelayedSubmission, the plan as the first run left it) runs the same composition again, with
+    nothing left read-only or changed by the first run."""
+    cfg = sweep_config(tmp_path)
+    job = planned(loader, cfg, task_overrides(tmp_path, "train.seed=3"))
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
+    monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "77")
+    context = HydraContext(config_loader=loader, callbacks=Callbacks())
+
+    def seen_by_task(job_cfg, planned=None):
+        return {"seed": job_cfg.train.seed, "id": HydraConfig.get().job.id, "num": HydraConfig.get().job.num}
+
+    runner = JobRunner(context, seen_by_task, cfg, Singleton.get_state(), torch.get_num_threads())
+    plan = job.handoff()
+    first = runner(job.overrides, 0, plan)
+    again = cloudpickle.loads(cloudpickle.dumps(runner.checkpoint(job.overrides, 0, plan)))
+    assert first == {"seed": 3, "id": "77", "num": 0}
+    assert again.function(*again.args, **again.kwargs) == first

@@ -28,12 +28,19 @@ def run_here(hydra_context, task_function, config, num: int, overrides: list, pl
     """Run job `num` in this process (what BasicLauncher does per job) with the config `plan` holds,
     or, without one, its config composed here. `job_id`: Hydra's hydra.job.id (its num unless a
     scheduler names the job)."""
+    import copy
+
     from hydra.core.utils import run_job
-    from omegaconf import open_dict
+    from omegaconf import open_dict, read_write
 
     loader = hydra_context.config_loader
-    sweep_config = plan.composed if plan is not None else loader.load_sweep_config(config, list(overrides))
-    with open_dict(sweep_config):
+    # a copy: run_job marks the config's hydra node read-only, and a job run again with the same plan
+    # (a SLURM requeue, submitit's checkpoint pickling the plan as the first run left it) starts from
+    # the composition as the launching process made it
+    sweep_config = (
+        copy.deepcopy(plan.composed) if plan is not None else loader.load_sweep_config(config, list(overrides))
+    )
+    with read_write(sweep_config), open_dict(sweep_config):
         sweep_config.hydra.job.id = num if job_id is None else job_id
         sweep_config.hydra.job.num = num
     if plan is not None and plan.run is not None:
