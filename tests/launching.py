@@ -10,6 +10,11 @@ from mlflow.tracking import MlflowClient
 
 
 def runs(cwd: Path) -> list:
+    """The runs the command under test recorded so far: none before it made its store (a client
+    opened on a missing store would make one itself, racing the command's own making of it:
+    "table ... already exists")."""
+    if not (cwd / "mlflow.db").is_file():
+        return []
     client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
     found = client.search_runs([e.experiment_id for e in client.search_experiments()])
     return [r for r in found if r.data.tags.get("ablate.kind") != "sweep"]
