@@ -5,6 +5,7 @@ neither composed nor parsed again."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -28,8 +29,6 @@ def run_here(hydra_context, task_function, config, num: int, overrides: list, pl
     """Run job `num` in this process (what BasicLauncher does per job) with the config `plan` holds,
     or, without one, its config composed here. `job_id`: Hydra's hydra.job.id (its num unless a
     scheduler names the job)."""
-    import copy
-
     from hydra.core.utils import run_job
     from omegaconf import open_dict, read_write
 
