@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ablate.cli.compare import MEASURED_COLUMNS
+from ablate.scaling import CSV_OPTIONAL, CSV_REQUIRED
 from ablate.scaling.backtest import BACKTEST_CUTS, backtest
 from ablate.scaling.points import FitInputError, Points, load_chinchilla
 from ablate.scaling.predict import FitOptions
@@ -130,8 +132,8 @@ def ladders() -> dict[str, Points]:
     return out
 
 
-RECORDED_COLUMNS = {"params", "tokens", "loss", "flops", "params_non_embedding", "train_s", "entropy_floor"}
-RECORDED_COLUMNS |= {"run_id", "bpb", "seed", "label"}
+# a points.csv's columns that are a run's figures, not a key it swept (cli/compare.py pairs runs so too)
+RECORDED_COLUMNS = {*CSV_REQUIRED, *CSV_OPTIONAL, *MEASURED_COLUMNS, "label"}
 
 
 def sweeps_one_law(path: Path) -> bool:
