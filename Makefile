@@ -89,6 +89,7 @@ bench: bench-deps
 	$(PY) benchmarks/bench_sweep.py
 	$(PY) benchmarks/bench_fit.py
 	$(PY) benchmarks/bench_backtest.py
+	$(PY) benchmarks/bench_widths.py
 	$(PY) benchmarks/bench_search.py --anchor
 	$(PY) benchmarks/bench_decode.py
 
