@@ -20,7 +20,8 @@ without the ladder tested (LOLO, from `past`). ladders.json keeps the ladders an
 before the past drift, PREVIOUS), and the table of docs/fitting.md is printed from all of it.
 
 `python benchmarks/bench_backtest.py past` learns calibration.PAST_DRIFT and PAST_DRIFT_SD from the
-public ladders' backtests (results/past_drift.json).
+public ladders' backtests (results/past_drift.json), and fits the cuts' slopes against the decades of
+compute their fits span.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 from ablate.cli.compare import MEASURED_COLUMNS
 from ablate.scaling import CSV_OPTIONAL, CSV_REQUIRED
@@ -254,14 +256,24 @@ def cut_slopes(bt) -> list[float]:
     return out
 
 
+def cut_spans(bt, points: Points) -> list[float]:
+    """Per cut with held-out runs (as cut_slopes), the decades of compute its fit spans."""
+    low = float(np.log10(points.C.min()))
+    used = {r.cut for r in bt.runs if r.decades > 0}
+    return [float(np.log10(cut.C_cut) - low) for k, cut in enumerate(bt.cuts) if k in used]
+
+
 def past_drift() -> dict:
     """calibration.PAST_DRIFT and PAST_DRIFT_SD: on each public ladder, the backtest with the default
     interval but no past drift; each cut's slope of the log error its predictions still missed; their
-    mean and sd over every cut of every public ladder, and leaving each ladder out."""
-    slopes = {}
+    mean and sd over every cut of every public ladder, and leaving each ladder out. Whether the slope
+    depends on how many decades of compute the cut's fit spans (the lowest cuts' slopes differ in sign
+    from the others' on four ladders): the least-squares line of slope on span, over every cut."""
+    slopes, spans = {}, {}
     for name, points in ladders().items():
         if name in PUBLIC:
-            slopes[name] = cut_slopes(backtest(points, FitOptions(n_boot=N_BOOT, past_drift=(0.0, 0.0))))
+            bt = backtest(points, FitOptions(n_boot=N_BOOT, past_drift=(0.0, 0.0)))
+            slopes[name], spans[name] = cut_slopes(bt), cut_spans(bt, points)
             print(name, " ".join(f"{s:+.4f}" for s in slopes[name]), flush=True)
 
     def learned(names) -> dict:
@@ -275,10 +287,24 @@ def past_drift() -> dict:
         "slopes": slopes,
         "all": learned(slopes),
         "leave_one_out": {n: learned([m for m in slopes if m != n]) for n in slopes},
+        "spans": spans,
+        "slope_on_span": on_span(np.concatenate(list(spans.values())), np.concatenate(list(slopes.values()))),
     }
     (ROOT / "benchmarks" / "results" / "past_drift.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps({"all": out["all"], "leave_one_out": out["leave_one_out"]}, indent=1))
+    print(json.dumps({k: out[k] for k in ("all", "leave_one_out", "slope_on_span")}, indent=1))
     return out
+
+
+def on_span(spans: np.ndarray, slopes: np.ndarray) -> dict:
+    """The least-squares line of the cuts' past slopes on their fits' spans, with its correlation."""
+    fit = stats.linregress(spans, slopes)
+    return {
+        "per_decade_of_span": float(fit.slope),
+        "se": float(fit.stderr),
+        "intercept": float(fit.intercept),
+        "r": float(fit.rvalue),
+        "p": float(fit.pvalue),
+    }
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ backtest (`ablate backtest`: 5 cuts, 200 resamples per fit) of the six public la
   would have to shrink or grow, which one rule for every ladder cannot do;
 - per cut, the error per decade its held-out runs show against the half-width per decade its interval
   gave, and whether anything the cut's fit sees (its law term kappa, its run scatter, its runs, its
-  own interval) ranks the cuts by that ratio (Spearman's rho over every cut of every ladder).
+  own interval, how far the joint form's fit below the same cut predicts its runs from the default's)
+  ranks the cuts by that ratio (Spearman's rho over every cut of every ladder).
 
 Writes benchmarks/results/widths.json and prints its tables (docs/fitting.md quotes them).
 """
@@ -69,9 +70,15 @@ def oracle(rows: list[HeldOutRun]) -> dict:
     }
 
 
-def cut_scales(bt: Backtest) -> list[dict]:
+def other_form(bt: Backtest) -> dict[tuple[float, float, float], float]:
+    """A backtest's predictions keyed by the cut's largest fitted compute and the run's N and D."""
+    return {(bt.cuts[r.cut].C_cut, r.N, r.D): r.predicted for r in bt.runs}
+
+
+def cut_scales(bt: Backtest, joint: dict[tuple[float, float, float], float]) -> list[dict]:
     """Per usable cut, its held-out runs FAR past it: the RMS log error per decade, the interval's
-    median half-width per decade, and what the cut's fit saw."""
+    median half-width per decade, and what the cut's fit saw, with how far the joint form's fit
+    below the same cut (`joint`, from other_form) predicts each run from this one, per decade."""
     out = []
     for k, cut in enumerate(bt.cuts):
         rows = [r for r in bt.runs if r.cut == k and FAR[0] < r.decades <= FAR[1]]
@@ -80,6 +87,9 @@ def cut_scales(bt: Backtest) -> list[dict]:
         d = np.array([r.decades for r in rows])
         error = float(np.sqrt(np.mean((np.log([r.actual / r.predicted for r in rows]) / d) ** 2)))
         width = float(np.median(np.log([r.hi / r.lo for r in rows]) / 2 / d))
+        apart = [
+            abs(np.log(r.predicted / joint[key])) / r.decades for r in rows if (key := (cut.C_cut, r.N, r.D)) in joint
+        ]
         out.append(
             {
                 "cut": k,
@@ -90,6 +100,7 @@ def cut_scales(bt: Backtest) -> list[dict]:
                 "error_over_width": error / width,
                 "kappa": cut.kappa,
                 "run_sigma": cut.run_sigma,
+                "forms_apart_per_decade": float(np.median(apart)) if apart else None,
             }
         )
     return out
@@ -97,10 +108,10 @@ def cut_scales(bt: Backtest) -> list[dict]:
 
 def ranks(cuts: list[dict]) -> dict:
     """Spearman's rho (and its two-sided p) of each statistic the fit sees against error_over_width."""
-    target = [c["error_over_width"] for c in cuts]
     out = {}
-    for key in ("kappa", "run_sigma", "n_fit", "half_width_per_decade"):
-        rho, p = stats.spearmanr([c[key] for c in cuts], target)
+    for key in ("kappa", "run_sigma", "n_fit", "half_width_per_decade", "forms_apart_per_decade"):
+        seen = [c for c in cuts if c[key] is not None]
+        rho, p = stats.spearmanr([c[key] for c in seen], [c["error_over_width"] for c in seen])
         out[key] = {"rho": float(rho), "p": float(p)}
     return out
 
@@ -117,7 +128,7 @@ def main() -> None:
             rows = [r for r in bt.runs if lo < r.decades <= hi]
             bands[f"{lo:g}-{hi:g}"] = oracle(rows) if len(rows) >= MIN_RUNS else None
         far = [r for r in bt.runs if FAR[0] < r.decades <= FAR[1]]
-        cuts = cut_scales(bt)
+        cuts = cut_scales(bt, other_form(backtest(points, FitOptions(n_boot=N_BOOT, form="joint"))))
         every_cut += cuts
         results[name] = {
             "cpu_s": round(time.process_time() - cpu, 1),
