@@ -12,7 +12,7 @@ import pytest
 
 from ablate.scaling.backtest import held_out
 from ablate.scaling.calibration import HULL, CoverageBand
-from ablate.scaling.checks import Thresholds, approach3_facts, law_verdict, run_noise
+from ablate.scaling.checks import Thresholds, approach3_facts, extrapolation_reasons, law_verdict, run_noise
 from ablate.scaling.laws.chinchilla import ChinchillaLaw, fit_approach3
 from ablate.scaling.points import Points
 from ablate.scaling.predict import FitOptions, fit_predictor, predict
@@ -138,3 +138,12 @@ def test_the_backtest_is_drawn_run_by_run_and_by_distance(grid_points, coarse_gr
     png = render_backtest(held_out(grid_points, 12, FitOptions(n_boot=10, grid=coarse_grid)))
     image = matplotlib.image.imread(io.BytesIO(png), format="png")
     assert png.startswith(b"\x89PNG") and image.shape[1] > image.shape[0] > 400
+
+
+@pytest.mark.parametrize(("decades", "reach", "shown"), [(1.52, 1.48, ("1.52", "1.48")), (1.3, 0.72, ("1.3", "0.72"))])
+def test_the_extrapolation_reason_prints_its_distance_and_reach_apart(decades, reach, shown):
+    """A target 1.52 decades past the data against a calibration reaching 1.48 does not read as
+    "1.5 decades past ...; calibrated up to 1.5 decades"."""
+    (reason,) = extrapolation_reasons(decades, reach, Thresholds())
+    assert reason.text.startswith(f"{shown[0]} decades of compute past the largest run")
+    assert f"calibrated up to {shown[1]} decades" in reason.text

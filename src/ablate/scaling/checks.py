@@ -579,20 +579,32 @@ def extrapolation_reasons(decades: float, reach: float | None, th: Thresholds, w
     (None: it could not be)."""
     if decades <= 0:
         return []
-    past = f"{decades:.2g} decades of {what} past the largest run"
     if reach is None or reach <= 0:
         return [
             Reason(
                 "extrapolation",
                 NOT_DETERMINED,
-                f"{past}, and the interval could not be calibrated (too few runs to leave the largest out and refit)",
+                f"{decades:.2g} decades of {what} past the largest run, and the interval could not be calibrated "
+                "(too few runs to leave the largest out and refit)",
             )
         ]
     if decades <= reach:
         return []
     level = NOT_DETERMINED if decades > th.reach_nd * reach else WIDE
     tail = f" (not determined past {th.reach_nd:g} times that)" if level == NOT_DETERMINED else ""
-    return [Reason("extrapolation", level, f"{past}; the interval was calibrated up to {reach:.2g} decades{tail}")]
+    past, calibrated = _apart(decades, reach)
+    text = f"{past} decades of {what} past the largest run; the interval was calibrated up to {calibrated} decades"
+    return [Reason("extrapolation", level, text + tail)]
+
+
+def _apart(a: float, b: float) -> tuple[str, str]:
+    """a and b to 2 significant figures, or to as many more (up to 4) as it takes for a reader to see
+    that they differ: 1.52 decades past a reach of 1.48 is not "1.5 past 1.5"."""
+    for digits in (2, 3, 4):
+        shown = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if shown[0] != shown[1]:
+            break
+    return shown
 
 
 def coverage_reasons(decades: float, cal, th: Thresholds | None = None) -> list[Reason]:
