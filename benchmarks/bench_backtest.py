@@ -21,7 +21,9 @@ before the past drift, PREVIOUS), and the table of docs/fitting.md is printed fr
 
 `python benchmarks/bench_backtest.py past` learns calibration.PAST_DRIFT and PAST_DRIFT_SD from the
 public ladders' backtests (results/past_drift.json), and fits the cuts' slopes against the decades of
-compute their fits span.
+compute their fits span. `python benchmarks/bench_backtest.py top` is issue 40's own case: each public
+ladder fitted on its runs at least 1.3 decades of compute below its largest, the runs of its top
+budget predicted (results/top.json).
 """
 
 from __future__ import annotations
@@ -307,11 +309,72 @@ def on_span(spans: np.ndarray, slopes: np.ndarray) -> dict:
     }
 
 
+TOP_GAP = 1.3  # decades of compute between the fit's largest run and the ladder's largest (issue 40's case)
+TOP_BUDGET = 0.15  # decades below the ladder's largest compute that count as its top budget
+
+
+def top_budget() -> dict:
+    """Issue 40's case on every public ladder: fitted on the runs at least TOP_GAP decades of compute
+    below the ladder's largest, the runs of its top budget predicted, by the default, by the default
+    with the past drift learned without the ladder (LOLO) and by the default without the past drift
+    (PREVIOUS). Per ladder and method, every run's error, inside or not, and
+    verdict (results/top.json)."""
+    results = {}
+    for name, points in ladders().items():
+        if name not in PUBLIC:
+            continue
+        logC = np.log10(points.C)
+        span = float(np.ptp(logC))
+        results[name] = {}
+        for method in ("adaptive", LOLO, PREVIOUS):
+            bt = backtest(points, options(name, method), cuts=((span - TOP_GAP) / span,))
+            top = [r for r in bt.runs if np.log10(r.C) >= logC.max() - TOP_BUDGET]
+            results[name][method] = {
+                "n_fit": bt.cuts[0].n_fit,
+                "runs": [
+                    {
+                        "N": r.N,
+                        "D": r.D,
+                        "decades": r.decades,
+                        "actual": r.actual,
+                        "predicted": r.predicted,
+                        "ci95": [r.lo, r.hi],
+                        "error": r.rel_error,
+                        "inside": r.inside,
+                        "verdict": r.verdict.level,
+                    }
+                    for r in top
+                ],
+                "median_error": float(np.median([r.rel_error for r in top])),
+                "coverage": float(np.mean([r.inside for r in top])),
+                "trusted": sum(r.verdict.trusted for r in top),
+                "trusted_inside": sum(r.verdict.trusted and r.inside for r in top),
+            }
+            f = results[name][method]
+            print(
+                f"{name} {method}: {f['n_fit']} runs fitted, {len(top)} at the top budget, median error "
+                f"{100 * f['median_error']:+.1f}%, {100 * f['coverage']:.0f}% inside, trusted {f['trusted']} "
+                f"({f['trusted_inside']} inside)",
+                flush=True,
+            )
+    out = {
+        "what": f"per public ladder, the runs of its top budget (within {TOP_BUDGET} decades of its largest "
+        f"compute) predicted from the runs at least {TOP_GAP} decades of compute below it: the default, "
+        f"{LOLO!r} and {PREVIOUS!r}",
+        "n_boot": N_BOOT,
+        "results": results,
+    }
+    (ROOT / "benchmarks" / "results" / "top.json").write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
 if __name__ == "__main__":
     import sys
 
     if sys.argv[1:2] == ["past"]:
         past_drift()
+    elif sys.argv[1:2] == ["top"]:
+        top_budget()
     elif sys.argv[1:2] == ["ladders"]:
         methods = tuple(a.split("=", 1)[1].split(",") for a in sys.argv[2:] if a.startswith("methods="))
         ladder_study([a for a in sys.argv[2:] if "=" not in a], methods[0] if methods else METHODS)
