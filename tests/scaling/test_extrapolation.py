@@ -102,6 +102,27 @@ def test_a_planted_one_sign_drift_is_corrected_within_its_interval(coarse_grid):
     assert np.all((lo <= L) & (L <= hi))
 
 
+def test_a_ladder_drifting_against_the_public_ladders_is_still_held(coarse_grid):
+    """A ladder whose larger runs gain less than the form says (the loss bent up): its cuts drift
+    upward (+0.015 per decade), the public ladders' past drift moves the prediction the other way, and
+    the prediction lands 2% to 4% below every run past the data. The interval still holds each of
+    them: its upper end reaches the ladder's own drift as well as the moved prediction
+    (Calibration.reaches; before, one of the six lay above it)."""
+    points = ladder(-0.01, 3)
+    logC = np.log10(points.C)
+    cut = logC.max() - 1.2
+    below, above = points.subset(np.flatnonzero(logC <= cut)), np.flatnonzero(logC > cut + 0.5)
+    pred = fit_predictor(below, FitOptions(n_boot=30, grid=coarse_grid)).predictor
+    cal = pred.calibration
+    N, D, C, L = points.N[above], points.D[above], points.C[above], points.L[above]
+    value, lo, hi = pred.loss_band(N, D, C)
+    assert cal.drift > 0 > cal.drift_offset and above.size >= 5
+    assert np.all(value < L)  # one sign, the other way: every prediction past the data too low
+    down, up = cal.reaches(pred.decades_past(C))
+    assert np.all(up >= cal.drift_share * cal.drift * pred.decades_past(C) - 1e-12) and np.all(down <= 0)
+    assert np.all((lo <= L) & (L <= hi))
+
+
 def test_runs_at_the_largest_compute_far_off_the_law_are_named(coarse_grid):
     """The largest-compute run 4% below a law every other run follows: the law is not trusted, and the
     reason names it, how far below it lies and how many times the noise that is."""

@@ -70,10 +70,11 @@ def test_a_two_slot_parallel_sweep_gives_each_job_its_own_gpu(tmp_path, cli):
     ]
     done = cli(args, tmp_path, env={"CUDA_VISIBLE_DEVICES": "3,5"}, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
+    # A slot given back goes to the front of the free list (GpuSlots.give_back), so jobs run one
+    # after the other would both have held GPU 3: the second held 5 because the first still held 3.
+    # (Their training windows need not overlap: 3 steps can end before the other process starts.)
     seen = [json.loads((tmp_path / "sweep" / n / "usage.json").read_text())["cuda_visible_devices"] for n in "01"]
     assert sorted(seen) == ["3", "5"]
-    results = [json.loads((tmp_path / "sweep" / n / "result.json").read_text()) for n in "01"]
-    assert max(r["started_at"] for r in results) < min(r["ended_at"] for r in results)  # at once
 
 
 @pytest.mark.slow

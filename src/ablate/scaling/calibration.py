@@ -237,6 +237,19 @@ class Calibration:
         """How far the prediction moves at d decades past the data (ADAPTIVE): (s mu + PAST_DRIFT) d."""
         return (self.drift_share * self.drift + self.drift_offset) * np.maximum(np.asarray(decades, float), 0.0)
 
+    def reaches(self, decades) -> tuple[np.ndarray, np.ndarray]:
+        """How far below and above the law's value the interval's ends reach before its width: the hull
+        of the law's value and each reading of the drift. HULL: mu d. ADAPTIVE: the prediction's move,
+        (s mu + PAST_DRIFT) d, and the ladder's own posterior drift s mu d without the past drift, so
+        that a ladder whose cuts drift against the public ladders' is still held where its own
+        drift carries it (its larger runs gaining less than the form says, where others gained more)."""
+        if not self.drift_prior:
+            side = self.shift(decades)
+            return np.minimum(side, 0.0), np.maximum(side, 0.0)
+        own = self.drift_share * self.shift(decades)
+        moved = self.moved(decades)
+        return np.minimum(np.minimum(moved, own), 0.0), np.maximum(np.maximum(moved, own), 0.0)
+
     def band(self, decades: float) -> CoverageBand | None:
         """The backtest band that holds a distance, None past every band."""
         return next((b for b in self.bands if b.holds(decades)), None)
@@ -407,7 +420,7 @@ def adaptive(
     loco = [_others_drift(drifts, variances, j) for j in range(len(held))]
     d = np.concatenate([h.d for h in held])
     inside = np.concatenate(
-        [_held_inside(h, m + offset, scatter, kappa, spread) for m, h in zip(loco, held, strict=True)]
+        [_held_inside(h, (m, m + offset), scatter, kappa, spread) for m, h in zip(loco, held, strict=True)]
     )
     bands = tuple(
         CoverageBand(a, b, int(m.sum()), int(inside[m].sum()))
@@ -474,13 +487,17 @@ def past_spread(sd: float, d) -> np.ndarray:
     return sd * np.maximum(np.asarray(d, float) - NEAR_DECADES, 0.0)
 
 
-def _held_inside(h: HeldOut, mu: float, scatter: float, kappa: float, spread: float = 0.0) -> np.ndarray:
-    """Which of a cut's held-out runs the HULL interval holds, built for that cut's refit: its curve sd,
-    sigma_run, kappa d and the past drift's spread in quadrature, reaching mu d further on the drift's
-    side."""
+def _held_inside(
+    h: HeldOut, slopes: tuple[float, ...], scatter: float, kappa: float, spread: float = 0.0
+) -> np.ndarray:
+    """Which of a cut's held-out runs the interval holds, built for that cut's refit: its curve sd,
+    sigma_run, kappa d and the past drift's spread in quadrature, its ends reaching each drift of
+    `slopes` (per decade) on that drift's side (Calibration.reaches)."""
     half = Z95 * np.sqrt(h.curve_sd**2 + scatter**2 + (kappa * h.d) ** 2 + past_spread(spread, h.d) ** 2)
-    shift = mu * h.d
-    return (h.e >= np.minimum(shift, 0.0) - half) & (h.e <= np.maximum(shift, 0.0) + half)
+    shifts = [slope * h.d for slope in slopes]
+    down = np.minimum(np.min(shifts, axis=0), 0.0)
+    up = np.maximum(np.max(shifts, axis=0), 0.0)
+    return (h.e >= down - half) & (h.e <= up + half)
 
 
 def _cut(points: Points, below: np.ndarray, refit) -> tuple[CalibrationCut, HeldOut | None]:
@@ -566,10 +583,10 @@ def log_interval(
     """The prediction and its 95% interval of log L: center (g,) the law's log L_hat, bootstrap samples
     of log L_hat (R, g) or None, decades (g,) past the data. Returns (value, lo, hi), each (g,).
 
-    Each side's half-width is the bootstrap's on that side and Z95 * extra_sd added in quadrature, and
-    the side the cuts drifted to reaches mu d further, s mu d where the drift was read against the
-    public ladders' (drift_prior; module docstring). The value is the law's, moved by drift_share * mu d
-    (ADAPTIVE; 0 for HULL): inside the interval, since drift_share <= 1."""
+    Each side's half-width is the bootstrap's on that side and Z95 * extra_sd added in quadrature,
+    beyond how far that end reaches (Calibration.reaches): mu d on the side the cuts drifted to (HULL),
+    or the prediction's move and the ladder's own s mu d, each on its side (ADAPTIVE). The value is the
+    law's, moved by (s mu + PAST_DRIFT) d (ADAPTIVE; 0 for HULL): inside the interval."""
     center = np.asarray(center, float)
     low = high = np.zeros_like(center)
     if samples is not None and samples.shape[0]:
@@ -578,6 +595,5 @@ def log_interval(
     extra = Z95 * cal.extra_sd(decades)
     moved = cal.moved(decades)
     value = center + moved if cal.corrects else center
-    side = moved if cal.drift_prior else cal.shift(decades)  # how far the drift's side reaches
-    lo = center + np.minimum(side, 0.0) - np.hypot(low, extra)
-    return value, lo, center + np.maximum(side, 0.0) + np.hypot(high, extra)
+    down, up = cal.reaches(decades)
+    return value, center + down - np.hypot(low, extra), center + up + np.hypot(high, extra)
