@@ -485,17 +485,17 @@ def _correction_words(cal) -> str:
             if cal.drift
             else ""
         )
-        moved, stands = cal.drift_share * cal.drift + cal.drift_offset, cal.drift_share * cal.drift
-        other = (
-            f", its other end the {g(stands)} per decade of the cuts' own drift"
-            if stands and (moved == 0 or (moved > 0) != (stands > 0))
-            else ""
+        down, up = (float(x) for x in cal.reaches(1.0))
+        ends = " and ".join(
+            f"its {side} end {g(abs(x))} per decade" for side, x in (("lower", down), ("upper", up)) if x
         )
         return (
             f"; {own}and the public ladders drifted {g(cal.drift_offset)} per decade further past their data "
             f"than their cuts showed, give or take {g(cal.drift_offset_sd)}: the prediction moves "
-            f"{g(moved)} per decade, the interval's end that much further{other}, "
-            f"and its width takes {g(cal.drift_offset_sd)} per decade from {g(NEAR_DECADES)} decades on in quadrature"
+            f"{g(cal.drift_share * cal.drift + cal.drift_offset)} per decade, "
+            f"{ends or 'neither end of the interval'} further than the law's value (the moved prediction "
+            f"or the cuts' own drift, whichever lies further), and its width takes {g(cal.drift_offset_sd)} "
+            f"per decade from {g(NEAR_DECADES)} decades on in quadrature"
         )
     if cal.drift_prior:
         return (
