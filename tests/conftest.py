@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from support import DATA, TRUE_LAW, free_port
+from support import DATA, TRUE_LAW, environ_now, free_port
 from support import run_config as support_run_config
 
 # -- the session: threads, xdist groups, order ---------------------------------------------------
@@ -333,7 +333,7 @@ def cli():
         return server[0]
 
     def command_env(extra: dict | None = None) -> dict:
-        env = {**os.environ, **(extra or {})}
+        env = {**environ_now(), **(extra or {})}  # taken from pool threads too
         env.pop("HYDRA_FULL_ERROR", None)  # its tracebacks would break the one-line errors
         return env
 

@@ -5,6 +5,7 @@ starts or writes anything."""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -150,3 +151,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def environ_now() -> dict[str, str]:
+    """A copy of os.environ that any thread may take. pytest's main thread sets and deletes
+    PYTEST_CURRENT_TEST around every test phase; a copy taken meanwhile by another thread (the
+    bad-input cases run on a pool while later tests go on) reads each key back one at a time and can
+    find one gone (KeyError) or the mapping resized under it (RuntimeError). Such a copy is taken again."""
+    while True:
+        try:
+            return dict(os.environ)
+        except (KeyError, RuntimeError):
+            continue

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from hydra.core.global_hydra import GlobalHydra
 
-from support import SMALL_DATA
+from support import SMALL_DATA, environ_now
 
 RUN = ["model=nano", "train.steps=2", "train.eval_interval=1", "train.progress=false", *SMALL_DATA]
 
@@ -106,3 +106,28 @@ def _working_in(folder: Path) -> list[int]:
         except OSError:
             pass
     return pids
+
+
+def test_a_commands_environment_is_copied_whole_while_another_thread_changes_it():
+    """The bad-input cases start their commands from a pool while pytest sets and deletes
+    PYTEST_CURRENT_TEST in the main thread: a plain copy of os.environ from a thread then fails about
+    once in a thousand (KeyError, or the mapping resized); with threads switching every microsecond, at
+    once. environ_now, which the cli fixture copies, takes such a copy again."""
+    stop = threading.Event()
+
+    def toggle():
+        while not stop.is_set():
+            os.environ["ABLATE_TEST_TOGGLE"] = "1"
+            os.environ.pop("ABLATE_TEST_TOGGLE", None)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    toggler = threading.Thread(target=toggle, daemon=True)
+    toggler.start()
+    try:
+        copies = [environ_now() for _ in range(5000)]
+    finally:
+        stop.set()
+        toggler.join()
+        sys.setswitchinterval(interval)
+    assert all(c.get("PATH") == os.environ["PATH"] for c in copies)
