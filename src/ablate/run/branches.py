@@ -266,7 +266,10 @@ class _Branches:
         if self.pool is None:
             self.pool = ThreadPoolExecutor(self.slots, thread_name_prefix="branch")
         spec = self._spec(i, from_fork)
-        self.futures[i] = self.pool.submit(self._run_process, i, spec)
+        # The environment is copied here, not in the pool's thread: a copy reads os.environ key by key,
+        # and a key another thread deletes meanwhile fails it.
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.futures[i] = self.pool.submit(self._run_process, i, spec, env)
 
     def run_here(self, i: int, from_fork: bool) -> None:
         """Branch i in this process. A failure other than an interrupt is its result.json's
@@ -333,9 +336,8 @@ class _Branches:
             "parent_run_id": self.parent_run_id,
         }
 
-    def _run_process(self, i: int, spec: dict) -> int:
+    def _run_process(self, i: int, spec: dict, env: dict[str, str]) -> int:
         write_json(Path(spec["out_dir"]) / "branch.json", spec)  # a record of what the branch was asked
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         with self.lock:
             if self.stopped:
                 return -1
