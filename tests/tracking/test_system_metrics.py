@@ -26,12 +26,25 @@ def fast_sampling(monkeypatch):
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.1")
 
 
-def tracked_run(tracker: MLflowTracker, seconds: float = 0.6) -> str:
+def tracked_run(tracker: MLflowTracker, samples: int = 2) -> str:
+    """A run closed once the store holds `samples` of its CPU points (none asked: after 0.6 s)."""
     tracker.start("r", {"a": 1}, {})
     tracker.record(1, {"flops": 1.0})
-    time.sleep(seconds)
+    if samples:
+        sampled(tracker.cfg.uri, tracker.run_id, samples)
+    else:
+        time.sleep(0.6)
     tracker.finish("FINISHED")
     return tracker.run_id
+
+
+def sampled(uri: str, run_id: str, at_least: int, timeout: float = 300.0) -> None:
+    """Until the store holds `at_least` CPU points of the run. Each sample costs the monitor a get_run
+    and a log_batch besides its 0.1 s interval: on a loaded machine fewer than 2 fitted in 0.6 s."""
+    deadline = time.monotonic() + timeout
+    while len(MlflowClient(uri).get_metric_history(run_id, CPU)) < at_least:
+        assert time.monotonic() < deadline, f"fewer than {at_least} CPU samples of run {run_id} in {timeout:.0f} s"
+        time.sleep(0.1)
 
 
 def system_keys(uri: str, run_id: str) -> list[str]:
@@ -41,7 +54,7 @@ def system_keys(uri: str, run_id: str) -> list[str]:
 @pytest.mark.parametrize("on", [True, False])
 def test_a_run_has_system_metrics_when_on_and_none_when_off(tmp_path, on):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run_id = tracked_run(MLflowTracker(TrackingConfig(uri=uri, experiment="sys", system_metrics=on)))
+    run_id = tracked_run(MLflowTracker(TrackingConfig(uri=uri, experiment="sys", system_metrics=on)), 2 if on else 0)
     keys = system_keys(uri, run_id)
     if on:
         assert CPU in keys and "system/system_memory_usage_megabytes" in keys
@@ -75,7 +88,7 @@ def test_a_resumed_run_continues_its_system_metrics_steps(tmp_path):
     first = [m.step for m in MlflowClient(uri).get_metric_history(run_id, CPU)]
     resumed = MLflowTracker(cfg)
     resumed.start("r", {"a": 1}, {}, resume_run_id=run_id)
-    time.sleep(0.5)
+    sampled(uri, run_id, len(first) + 1)
     resumed.finish("FINISHED")
     steps = [m.step for m in MlflowClient(uri).get_metric_history(run_id, CPU)]
     assert steps[: len(first)] == first and steps == list(range(len(steps))) and len(steps) > len(first)
@@ -86,7 +99,7 @@ def test_a_branch_inherits_the_runs_metrics_but_not_the_machines(tmp_path):
     tracker = MLflowTracker(TrackingConfig(uri=uri, experiment="sys"))
     tracker.start("r", {"a": 1}, {})
     tracker.record(5, {"flops": 5.0})
-    time.sleep(0.5)
+    sampled(uri, tracker.run_id, 1)
     assert tracker.flush(force=True) and system_keys(uri, tracker.run_id)
     assert [m[0] for m in tracker.points_until(5)] == ["flops"]
     tracker.finish("FINISHED")
@@ -101,7 +114,7 @@ def test_a_store_gone_mid_run_still_gets_every_point_and_keeps_the_system_metric
     tracker = MLflowTracker(TrackingConfig(uri=uri, experiment="sys"), spool_dir=tmp_path / "spool", agent=process)
     tracker.start("r", {"a": 1}, {})
     tracker.record(1, {"flops": 1.0})
-    time.sleep(0.6)
+    sampled(uri, tracker.run_id, 1)
     assert tracker.flush(force=True)
     process.proc.kill()
     process.proc.wait()
