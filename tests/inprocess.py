@@ -54,8 +54,14 @@ class _Saved:
     def restore(self) -> None:
         os.chdir(self.cwd)
         sys.argv[:] = self.argv
-        os.environ.clear()
-        os.environ.update(self.environ)
+        # Key by key, never emptied first: threads of the session copy os.environ meanwhile (the
+        # bad-input pool's commands, tests/support.environ_now), and a copy taken between a clear()
+        # and the update() is a whole mapping with keys missing, which no retry would notice.
+        for key in set(os.environ) - set(self.environ):
+            os.environ.pop(key, None)
+        for key, value in self.environ.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
         for s, handler in self.signals.items():
             if handler is not None:
                 signal.signal(s, handler)
