@@ -16,6 +16,7 @@ from support import SMALL_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
+CPU = "system/cpu_utilization_percentage"  # a system metric MLflow's monitor samples
 AGENT = "ablate.tracking.agent:serve"  # the agent's request to the child entry point (ablate/child.py)
 ARGS = [
     "model=nano",
@@ -95,7 +96,13 @@ def test_run_ending_during_an_outage_is_spooled_then_synced(cli, request, workdi
     try:
         wait_for(lambda: _has_points(server.uri), 300, "no metric reached the server")
         assert through_its_agent(proc), "the run's MLflow calls do not go through its tracking agent"
+        # The trainer is frozen until the server is down: its agent's monitor still samples, and its
+        # first sample (0.2 s, then a get_run and a log_batch over HTTP) can reach the server after
+        # the first train/loss point on a loaded machine; nor can the run end before the outage.
+        os.kill(proc.pid, signal.SIGSTOP)
+        wait_for(lambda: _has_points(server.uri, CPU), 300, "no system metrics sample reached the server")
         server.stop()
+        os.kill(proc.pid, signal.SIGCONT)
         assert proc.wait(600) == 0, log.read_text()[-2000:]
         spooled = list((workdir / ".ablate" / "state" / "spool").glob("*.json"))
         assert len(spooled) == 1 and "python -m ablate sync" in log.read_text()
@@ -107,7 +114,7 @@ def test_run_ending_during_an_outage_is_spooled_then_synced(cli, request, workdi
         assert steps == list(range(5, 301, 5))
         assert not list((workdir / ".ablate" / "state" / "spool").glob("*.json"))
         assert "result.json" in {a.path for a in MlflowClient(server.uri).list_artifacts(run.info.run_id)}
-        _, sampled = points(server.uri, "system/cpu_utilization_percentage")
+        _, sampled = points(server.uri, CPU)
         assert sampled, "the system metrics sampled before the outage are kept"
         reliability.record(
             request,
@@ -119,11 +126,11 @@ def test_run_ending_during_an_outage_is_spooled_then_synced(cli, request, workdi
         proc.kill()
 
 
-def _has_points(uri: str) -> bool:
+def _has_points(uri: str, key: str = "train/loss") -> bool:
     try:
         client = MlflowClient(uri)
         exp = client.get_experiment_by_name("ablate")
         runs = client.search_runs([exp.experiment_id]) if exp else []
-        return bool(runs) and bool(client.get_metric_history(runs[0].info.run_id, "train/loss"))
+        return bool(runs) and bool(client.get_metric_history(runs[0].info.run_id, key))
     except Exception:
         return False
