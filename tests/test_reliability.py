@@ -256,10 +256,12 @@ def _case_id(command, args) -> str:
     return " ".join([command or "", *args]).strip()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def bad_input_runs(cli, request, tmp_path_factory):
     """Every selected bad-input case runs once, several at a time (they are separate processes that
-    mostly wait on imports); each test then checks its own. {case id: Future of _run_bad_input}."""
+    mostly wait on imports); each test then checks its own. {case id: Future of _run_bad_input}.
+    Module-scoped, so that its tests share one xdist worker (tests/conftest.py xdist_group): each
+    worker's session lists every test, and a session fixture would run every case on each worker."""
     selected = [
         item.callspec.params
         for item in request.session.items
