@@ -149,6 +149,7 @@ SEEN_JS = """e => {
 DRAWN_WITHIN_S = 15  # issue 27: the chart drawn within 15 s on 2 cores
 
 
+@pytest.mark.alone  # it times the chart's drawing from the click
 def test_the_latest_sweeps_chart_reads_on_a_log_flops_axis_with_every_run_named(sweep, chromium, mlflow_server):
     """What a user does: opens the address `ablate ui` prints first (the latest sweep's experiment,
     model-training layout), clicks the sweep's link in the description and reads the chart: FLOPs
