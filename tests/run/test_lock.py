@@ -2,6 +2,7 @@
 its owner, a killed owner leaves nothing stale, and the lease used where filesystems have no locks
 behaves the same, taking over a lease whose owner is gone or silent."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -119,6 +120,40 @@ def test_a_watchdogs_hold_is_waited_for(tmp_path, monkeypatch):
     # second on a loaded machine would find the wait already over.
     assert letting_go.exists()
     assert proc.wait(60) == 0
+
+
+def test_a_live_watchdog_on_this_host_is_waited_for_past_the_deadline(tmp_path, monkeypatch, capfd):
+    """A watchdog whose store calls outlast WATCHDOG_WAIT_S (a tracking outage: each call waits for
+    its request timeout and retries) is still waited for while it lives, with one line saying so."""
+    monkeypatch.setattr(lock, "WATCHDOG_WAIT_S", 0.1)
+    directory, letting_go = tmp_path / "h", tmp_path / "letting-go"
+    script = (
+        "import sys, time\nfrom ablate.run.lock import Owner, RunLock\n"
+        "l = RunLock(sys.argv[1]); l.owner = Owner(l.owner.host, l.owner.pid, l.owner.since, 'r', 'watchdog')\n"
+        "l.acquire(); print('held', flush=True); time.sleep(1.5); open(sys.argv[2], 'w').close(); l.release()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(directory), str(letting_go)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "held"
+    RunLock(directory).acquire().release()
+    assert letting_go.exists()
+    assert proc.wait(60) == 0
+    assert "waiting for the watchdog pid" in capfd.readouterr().err
+
+
+def test_a_watchdog_on_another_host_is_waited_for_until_the_deadline(tmp_path, monkeypatch):
+    """A watchdog named by a lease on another host (a shared state dir), whose life cannot be seen
+    from here: waited for up to WATCHDOG_WAIT_S, then Busy naming it."""
+    monkeypatch.setattr(lock, "WATCHDOG_WAIT_S", 0.3)
+    directory = tmp_path / "h"
+    directory.mkdir()
+    elsewhere = Owner("another-node", 4242, time.time(), "r", "watchdog")
+    (directory / "run.lease").write_text(json.dumps(dataclasses.asdict(elsewhere)))
+    started = time.monotonic()
+    with pytest.raises(Busy, match="pid 4242 on another-node"):
+        RunLock(directory, "lease").acquire()
+    assert time.monotonic() - started >= 0.3
 
 
 def test_busy_with_names_a_live_writer_of_a_running_mlflow_run(tmp_path, other_process):

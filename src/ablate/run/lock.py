@@ -52,7 +52,8 @@ EXIT_BUSY = 75
 MODE_ENV = "ABLATE_RUN_LOCK"  # "flock" (default) or "lease"
 HEARTBEAT_S = 10.0
 STALE_S = 60.0
-# A watchdog holds a dead launch's lock only while it marks the run KILLED: a relaunch waits for it.
+# A watchdog holds a dead launch's lock only while it marks the run KILLED: a relaunch waits for it,
+# while it lives where it is on this host, else this long.
 WATCHDOG_WAIT_S = 30.0
 # flock errors that mean "this filesystem has no locks", as opposed to "someone holds it".
 NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
@@ -144,14 +145,17 @@ class RunLock:
         if key in _HELD:
             raise Busy(self.directory, _HELD[key].owner, self.what)
         self.directory.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + WATCHDOG_WAIT_S
+        deadline, told = time.monotonic() + WATCHDOG_WAIT_S, False
         while True:
             try:
                 self._take()
                 break
             except Busy as exc:
-                if exc.owner is None or exc.owner.role != "watchdog" or time.monotonic() > deadline:
+                if not _wait_for(exc.owner, deadline):
                     raise
+                if not told and time.monotonic() > deadline and exc.owner is not None:
+                    told = True
+                    print(f"ablate: waiting for the watchdog {exc.owner.describe()} to close its run", file=sys.stderr)
                 time.sleep(0.2)
         _HELD[key] = self
         return self
@@ -254,6 +258,18 @@ def _set_aside_if_not_a_file(path: Path) -> None:
     kind = not_a_file(path)
     if kind:
         print(f"ablate: lock file {path} is {kind}; moved aside to {quarantine(path)}", file=sys.stderr)
+
+
+def _wait_for(owner: Owner | None, deadline: float) -> bool:
+    """Whether a launch that finds `owner` holding its lock tries again. Only a watchdog lets go by
+    itself, once it has closed a dead launch's run: one on this host is waited for while it lives (its
+    three store calls end by MLflow's request timeout and retries, which a tracking outage stretches
+    past WATCHDOG_WAIT_S); one on another host, whose life cannot be seen here, until the deadline."""
+    if owner is None or owner.role != "watchdog":
+        return False
+    if owner.host == socket.gethostname() and process_alive(owner.pid, started_before=owner.since):
+        return True
+    return time.monotonic() <= deadline
 
 
 def _stale(path: Path, holder: Owner | None) -> bool:

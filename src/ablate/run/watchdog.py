@@ -10,7 +10,7 @@ touching MLflow. Otherwise it marks the run KILLED, with the reason, if it is st
 
 With a LOCK_DIR (a training run's state dir) it does so holding the run's lock (run/lock.py), so a
 relaunch that already took the run over is left alone; a relaunch that finds the watchdog holding
-the lock waits for it (a second or so).
+the lock waits for it while it lives (a second or so; longer when the store does not answer).
 
 The watchdog imports only the standard library until it has to act, starts its own session and
 ignores the signals meant for the run (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2), so that a Ctrl-C,
