@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -103,42 +104,40 @@ def test_a_lease_is_kept_fresh_by_its_heartbeat(tmp_path, monkeypatch):
         assert held.path.stat().st_mtime > before
 
 
-def test_a_watchdogs_hold_is_waited_for(tmp_path, monkeypatch):
-    """A relaunch right after a kill -9 meets the watchdog closing the old run: it waits, not Busy."""
+WATCHDOG_HOLDING = (
+    "import sys, time\nfrom ablate.run.lock import Owner, RunLock\n"
+    "l = RunLock(sys.argv[1]); l.owner = Owner(l.owner.host, l.owner.pid, l.owner.since, 'r', 'watchdog')\n"
+    "l.acquire(); print('held', flush=True); time.sleep(float(sys.argv[3])); open(sys.argv[2], 'w').close()\n"
+    "l.release()\n"
+)
+
+
+def relaunch_beside_a_watchdog(tmp_path: Path, hold_s: float) -> None:
+    """A watchdog holds the run's lock for hold_s, marks a file just before it lets go and exits; a
+    relaunch meanwhile takes the lock. Shown waited for by order, not timed: a test process held up
+    for a second on a loaded machine would find the wait already over."""
     directory, letting_go = tmp_path / "h", tmp_path / "letting-go"
-    script = (
-        "import sys, time\nfrom ablate.run.lock import Owner, RunLock\n"
-        "l = RunLock(sys.argv[1]); l.owner = Owner(l.owner.host, l.owner.pid, l.owner.since, 'r', 'watchdog')\n"
-        "l.acquire(); print('held', flush=True); time.sleep(1.0); open(sys.argv[2], 'w').close(); l.release()\n"
-    )
     proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(directory), str(letting_go)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", WATCHDOG_HOLDING, str(directory), str(letting_go), str(hold_s)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout.readline().strip() == "held"
     RunLock(directory).acquire().release()
-    # Taken after the watchdog let go (it marks that first), not timed: a test process held up for a
-    # second on a loaded machine would find the wait already over.
     assert letting_go.exists()
     assert proc.wait(60) == 0
+
+
+def test_a_watchdogs_hold_is_waited_for(tmp_path):
+    """A relaunch right after a kill -9 meets the watchdog closing the old run: it waits, not Busy."""
+    relaunch_beside_a_watchdog(tmp_path, 1.0)
 
 
 def test_a_live_watchdog_on_this_host_is_waited_for_past_the_deadline(tmp_path, monkeypatch, capfd):
     """A watchdog whose store calls outlast WATCHDOG_WAIT_S (a tracking outage: each call waits for
     its request timeout and retries) is still waited for while it lives, with one line saying so."""
     monkeypatch.setattr(lock, "WATCHDOG_WAIT_S", 0.1)
-    directory, letting_go = tmp_path / "h", tmp_path / "letting-go"
-    script = (
-        "import sys, time\nfrom ablate.run.lock import Owner, RunLock\n"
-        "l = RunLock(sys.argv[1]); l.owner = Owner(l.owner.host, l.owner.pid, l.owner.since, 'r', 'watchdog')\n"
-        "l.acquire(); print('held', flush=True); time.sleep(1.5); open(sys.argv[2], 'w').close(); l.release()\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(directory), str(letting_go)], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout.readline().strip() == "held"
-    RunLock(directory).acquire().release()
-    assert letting_go.exists()
-    assert proc.wait(60) == 0
+    relaunch_beside_a_watchdog(tmp_path, 1.5)
     assert "waiting for the watchdog pid" in capfd.readouterr().err
 
 
