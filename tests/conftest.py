@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -321,15 +322,25 @@ def cli():
     server and not waited for (Forked: pid, poll, wait, send_signal), for a test that signals or
     kills it midway; fresh=True starts it as `python -m ablate` in a fresh interpreter, the user's
     path: the server has MLflow imported, so a run forked from it makes its MLflow calls itself,
-    where a user's run makes them through its tracking agent."""
+    where a user's run makes them through its tracking agent.
+
+    cli.new_server(): a ForkServer of its own, started as the shared one is (tests of the fixture)."""
     import inprocess
 
     server: list[ForkServer] = []
+    # The fork server is started by a thread kept for the session: it dies with its parent through
+    # prctl(PR_SET_PDEATHSIG) (ablate/host.die_with_parent), which fires when the *thread* that
+    # started it ends (prctl(2)), and the first command of a worker may come from a pool's thread
+    # (the bad-input cases, the concurrent-runs tests) that ends with its pool.
+    starter = ThreadPoolExecutor(1, thread_name_prefix="fork-server-parent")
+
+    def new_server() -> ForkServer:
+        return starter.submit(ForkServer).result()
 
     def warm_server() -> ForkServer:
         with lock:
             if not server:
-                server.append(ForkServer())
+                server.append(new_server())
         return server[0]
 
     def command_env(extra: dict | None = None) -> dict:
@@ -383,9 +394,11 @@ def cli():
 
     lock = threading.Lock()
     run.start = start
+    run.new_server = new_server
     yield run
     if server:
         server[0].close()
+    starter.shutdown()
 
 
 @pytest.fixture(scope="session")

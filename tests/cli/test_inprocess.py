@@ -8,8 +8,10 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +146,39 @@ def test_a_commands_environment_is_copied_whole_while_another_thread_changes_it(
         toggler.join()
         sys.setswitchinterval(interval)
     assert all(c.get("PATH") == os.environ["PATH"] for c in copies)
+
+
+def _serves(server) -> bool:
+    """Whether the fork server still forks a command and reports its exit."""
+    if not server.worker.alive():
+        return False
+    with tempfile.TemporaryDirectory() as cwd:
+        done = server.run(["--version"], Path(cwd), environ_now(), 120)
+    return done.returncode == 0
+
+
+def _ready(start, *args):
+    """A worker started, and ready (its prctl set) before the calling thread goes on."""
+    worker = start(*args)
+    assert worker.ready() is not None
+    return worker
+
+
+def test_the_fork_server_outlives_the_thread_that_first_asked_for_it(cli):
+    """A worker's first forked command may come from a pool's thread (the bad-input cases) that ends
+    with its pool. The server dies with its parent through prctl(PR_SET_PDEATHSIG), which fires when
+    the thread that started it ends: started from such a thread, it got SIGTERM at the pool's end and
+    every later command on that worker waited out its timeout. The fixture starts it from a thread
+    kept for the session; a server started in the pool's own thread shows the hazard."""
+    with ThreadPoolExecutor(1) as pool:
+        kept = pool.submit(cli.new_server).result()
+        from ablate.sweep.launch.pool import Worker
+
+        tied = pool.submit(_ready, Worker.start, "sqlite://", True, ["ablate.cli.main"]).result()
+    try:
+        tied.proc.wait(60)  # SIGTERM when the pool's thread ended
+        assert tied.proc.returncode == -signal.SIGTERM
+        assert _serves(kept)
+    finally:
+        kept.close()
+        tied.close(5)
