@@ -260,8 +260,8 @@ def _case_id(command, args) -> str:
 def bad_input_runs(cli, request, tmp_path_factory):
     """Every selected bad-input case runs once, several at a time (they are separate processes that
     mostly wait on imports); each test then checks its own. {case id: Future of _run_bad_input}.
-    Module-scoped, so that its tests share one xdist worker (tests/conftest.py xdist_group): each
-    worker's session lists every test, and a session fixture would run every case on each worker."""
+    Module-scoped, so that its tests share one test worker (the module's group, tests/conftest.py):
+    each worker's session lists every test, and a session fixture would run every case on each."""
     selected = [
         item.callspec.params
         for item in request.session.items

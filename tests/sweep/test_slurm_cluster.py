@@ -111,7 +111,9 @@ def test_submitit_runs_a_function(tmp_path: Path) -> None:
     # The folder must be visible to the compute node: on this one-node cluster, any local path.
     # slurm_python is a constructor argument (update_parameters rejects it): the venv's python.
     executor = submitit.AutoExecutor(folder=tmp_path / "submitit", cluster="slurm", slurm_python=sys.executable)
-    executor.update_parameters(timeout_min=2, cpus_per_task=1)
+    # submitit asks for USR2 90 s before the time limit (--signal=USR2@90), and SLURM may send it up to
+    # 60 s early (sbatch(1), --signal): under a 2-minute limit a job could get it as it started.
+    executor.update_parameters(timeout_min=10, cpus_per_task=1)
     started = time.monotonic()
     job = executor.submit(work, 7)
     deadline = started + WAIT_S
