@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from hydra.core.global_hydra import GlobalHydra
 
+from ablate.sweep.launch.pool import Worker
 from support import SMALL_DATA, environ_now
 
 RUN = ["model=nano", "train.steps=2", "train.eval_interval=1", "train.progress=false", *SMALL_DATA]
@@ -172,8 +173,6 @@ def test_the_fork_server_outlives_the_thread_that_first_asked_for_it(cli):
     kept for the session; a server started in the pool's own thread shows the hazard."""
     with ThreadPoolExecutor(1) as pool:
         kept = pool.submit(cli.new_server).result()
-        from ablate.sweep.launch.pool import Worker
-
         tied = pool.submit(_ready, Worker.start, "sqlite://", True, ["ablate.cli.main"]).result()
     try:
         tied.proc.wait(60)  # SIGTERM when the pool's thread ended

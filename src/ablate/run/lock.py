@@ -53,7 +53,7 @@ MODE_ENV = "ABLATE_RUN_LOCK"  # "flock" (default) or "lease"
 HEARTBEAT_S = 10.0
 STALE_S = 60.0
 # A watchdog holds a dead launch's lock only while it marks the run KILLED: a relaunch waits for it,
-# while it lives where it is on this host, else this long.
+# as long as it lives if it is on this host, else this long.
 WATCHDOG_WAIT_S = 30.0
 # flock errors that mean "this filesystem has no locks", as opposed to "someone holds it".
 NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
